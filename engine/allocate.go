@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"math"
+	"sort"
+)
+
+// A Policy turns the previous cycle's demand into the next cycle's integer
+// shares. Implementations must be pure: the same inputs give the same shares,
+// the shares are never negative, and they sum to exactly capacity (whenever
+// there is at least one client).
+//
+// demands are real numbers because a cycle that ended early has its demand
+// scaled up to a full cycle, and a newcomer is counted as demanding the
+// default share C/N. dst is reused when it has room, so a rollover allocates
+// nothing in steady state.
+type Policy interface {
+	Name() string
+	Allocate(dst []int64, capacity int64, demands []float64) []int64
+}
+
+// Seed is the adaptive borrowing policy: clients that used less than their
+// default share lend the difference (keeping a reservation), and clients that
+// wanted more borrow it in proportion to their deficit.
+type Seed struct {
+	// Reservation is the fraction of the default share a client keeps even
+	// when it was idle, so that it can start again without waiting a cycle.
+	Reservation float64
+}
+
+// Name implements Policy.
+func (Seed) Name() string { return "seed" }
+
+// Allocate implements Policy.
+func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+	n := len(demands)
+	dst = resize(dst, n)
+	if n == 0 || capacity <= 0 {
+		return dst
+	}
+	def := float64(capacity) / float64(n)
+	floor := def * clamp01(p.Reservation)
+
+	// First pass: totals of the gaps g = D - max(d, floor).
+	var deficit, surplus float64
+	for _, d := range demands {
+		g := def - math.Max(sanitize(d), floor)
+		if g < 0 {
+			deficit -= g
+		} else {
+			surplus += g
+		}
+	}
+	remaining := math.Max(0, surplus-deficit)
+
+	// Second pass: real-valued caps, written into a scratch slice of the same
+	// length that largestRemainder consumes.
+	caps := scratchFloats(n)
+	for i, d := range demands {
+		r := math.Max(sanitize(d), floor)
+		g := def - r
+		switch {
+		case g <= 0 && deficit > 0:
+			need := -g
+			caps[i] = def + math.Min(need, need/deficit*surplus)
+		case g <= 0:
+			caps[i] = def
+		default:
+			caps[i] = r + g/surplus*remaining
+		}
+	}
+	return largestRemainder(dst, capacity, caps)
+}
+
+// Static splits capacity equally whatever the demand: the baseline that the
+// seed policy is measured against.
+type Static struct{}
+
+// Name implements Policy.
+func (Static) Name() string { return "static" }
+
+// Allocate implements Policy.
+func (Static) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+	n := len(demands)
+	dst = resize(dst, n)
+	if n == 0 || capacity <= 0 {
+		return dst
+	}
+	caps := scratchFloats(n)
+	for i := range caps {
+		caps[i] = float64(capacity) / float64(n)
+	}
+	return largestRemainder(dst, capacity, caps)
+}
+
+// Allocate applies the seed policy to integer demands. It is the formula of
+// the product description, exposed for tests, the simulator and operators'
+// what-if questions.
+func Allocate(capacity int64, reservation float64, demands []int64) []int64 {
+	real := make([]float64, len(demands))
+	for i, d := range demands {
+		real[i] = float64(d)
+	}
+	return Seed{Reservation: reservation}.Allocate(nil, capacity, real)
+}
+
+// largestRemainder rounds real caps that sum to capacity into integers that
+// sum to exactly capacity: floor everything, then hand the leftover units to
+// the largest fractional parts, ties to the lower index. Rounding each cap to
+// the nearest integer instead can overshoot the capacity.
+func largestRemainder(dst []int64, capacity int64, caps []float64) []int64 {
+	n := len(caps)
+	var sum int64
+	for i, c := range caps {
+		c = math.Max(0, sanitize(c))
+		f := math.Floor(c)
+		if f > float64(capacity) {
+			f = float64(capacity)
+		}
+		dst[i] = int64(f)
+		caps[i] = c - f // keep only the fractional part
+		sum += dst[i]
+	}
+	left := capacity - sum
+	if left <= 0 {
+		// Floating-point noise can push the floors over capacity; take the
+		// excess back from the largest shares so the sum stays exact.
+		trimExcess(dst, -left)
+		return dst
+	}
+	order := scratchInts(n)
+	sort.SliceStable(order, func(a, b int) bool { return caps[order[a]] > caps[order[b]] })
+	for k := int64(0); k < left; k++ {
+		dst[order[k%int64(n)]]++
+	}
+	return dst
+}
+
+// trimExcess removes excess units, one at a time, from the largest shares.
+func trimExcess(dst []int64, excess int64) {
+	for ; excess > 0; excess-- {
+		maxI := 0
+		for i := range dst {
+			if dst[i] > dst[maxI] {
+				maxI = i
+			}
+		}
+		dst[maxI]--
+	}
+}
+
+// sanitize maps NaN and negative values, which no real demand can have, to 0.
+func sanitize(x float64) float64 {
+	if math.IsNaN(x) || x < 0 {
+		return 0
+	}
+	if math.IsInf(x, 1) {
+		return math.MaxFloat64 / 4
+	}
+	return x
+}
+
+func clamp01(x float64) float64 {
+	if math.IsNaN(x) || x < 0 {
+		return 0
+	}
+	return math.Min(x, 1)
+}
+
+func resize(dst []int64, n int) []int64 {
+	if cap(dst) < n {
+		return make([]int64, n)
+	}
+	return dst[:n]
+}
+
+// Scratch space for rollovers. A rollover runs on one goroutine at a time per
+// Limiter (each Envoy worker VM is single-threaded), but Allocate is also
+// called from tests and tools concurrently, so the scratch is allocated per
+// call; it is small next to the cost of reading the client slots.
+func scratchFloats(n int) []float64 { return make([]float64, n) }
+
+func scratchInts(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}

@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Bounds on the configuration. They keep every derived quantity (shares,
+// counters, the encoded header) far from overflow and from the uint32 CAS
+// counter's wrap-around.
+const (
+	MaxCapacity   = 1 << 40
+	MaxCycle      = time.Hour
+	MaxClientsCap = 65535
+	MaxIdleCycles = 1 << 16
+)
+
+// Config is what one limit needs. Every field is explicit; Defaults fills the
+// optional ones the way the plugin documents them.
+type Config struct {
+	// Capacity is the number of requests per cycle for the whole process,
+	// all clients together.
+	Capacity int64
+	// Cycle is the length of a full cycle.
+	Cycle time.Duration
+	// Reservation is the seed policy's reservation fraction, in [0, 1].
+	Reservation float64
+	// Policy computes shares; nil means Seed{Reservation}.
+	Policy Policy
+	// MaxClients bounds the client table (registered plus pending). A
+	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
+	// registered client.
+	MaxClients int
+	// IdleCycles is how many consecutive cycles without a request make a
+	// client forgotten at the next rollover, which returns its share.
+	IdleCycles int
+	// MinCycle is the shortest a cycle may be before a newcomer is allowed to
+	// end it early. It rate-limits early rollovers, so a flood of new ids
+	// cannot keep resetting everyone's share. In (0, Cycle].
+	MinCycle time.Duration
+	// Passthrough makes every decision admit, while still reporting what
+	// enforce mode would have done.
+	Passthrough bool
+	// FailureModeDeny rejects requests when the shared store fails or CAS
+	// retries run out; the default (false) admits them, like Envoy's rate
+	// limit filters.
+	FailureModeDeny bool
+	// CASRetries bounds the compare-and-swap attempts of one operation.
+	CASRetries int
+	// KeyPrefix namespaces the store keys, so several limits can share one
+	// Envoy vm_id.
+	KeyPrefix string
+}
+
+// Defaults returns a Config with the documented defaults for the optional
+// fields.
+func Defaults(capacity int64, cycle time.Duration) Config {
+	return Config{
+		Capacity:    capacity,
+		Cycle:       cycle,
+		Reservation: 0.1,
+		MaxClients:  1000,
+		IdleCycles:  3,
+		MinCycle:    cycle / 10,
+		CASRetries:  16,
+		KeyPrefix:   "borrowcycle",
+	}
+}
+
+// FieldError names the configuration field that is wrong and why. Its text is
+// what an operator sees in Envoy's log, so it leads with the field.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first invalid field, in declaration order.
+func (c Config) Validate() error {
+	switch {
+	case c.Capacity < 1 || c.Capacity > MaxCapacity:
+		return fieldErr("capacity", "must be an integer in [1, %d], got %d", int64(MaxCapacity), c.Capacity)
+	case c.Cycle <= 0 || c.Cycle > MaxCycle:
+		return fieldErr("cycle", "must be in (0, %s], got %s", MaxCycle, c.Cycle)
+	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
+		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
+	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
+		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
+	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:
+		return fieldErr("idle_cycles", "must be in [1, %d], got %d", MaxIdleCycles, c.IdleCycles)
+	case c.MinCycle <= 0 || c.MinCycle > c.Cycle:
+		return fieldErr("min_cycle", "must be in (0, cycle=%s], got %s", c.Cycle, c.MinCycle)
+	case c.CASRetries < 1 || c.CASRetries > 1000:
+		return fieldErr("cas_retries", "must be in [1, 1000], got %d", c.CASRetries)
+	case c.KeyPrefix == "" || len(c.KeyPrefix) > 128:
+		return fieldErr("key_prefix", "must be 1 to 128 bytes, got %d", len(c.KeyPrefix))
+	}
+	return nil
+}
+
+func (c Config) policy() Policy {
+	if c.Policy != nil {
+		return c.Policy
+	}
+	return Seed{Reservation: c.Reservation}
+}
+
+// fingerprint identifies the parts of the config that change shares. A
+// header written under another fingerprint (the operator changed capacity,
+// say) is rolled over at once under the new config.
+func (c Config) fingerprint() uint64 {
+	h := newHash()
+	h = h.addUint64(uint64(c.Capacity))
+	h = h.addUint64(uint64(c.Cycle))
+	h = h.addUint64(math.Float64bits(c.Reservation))
+	h = h.addUint64(uint64(c.MaxClients))
+	h = h.addString(c.policy().Name())
+	return uint64(h)
+}

@@ -1,0 +1,71 @@
+package engine
+
+import "time"
+
+// Reason says why a request was admitted or not. Its String form is stable:
+// the plugin uses it in metric names and response bodies.
+type Reason uint8
+
+const (
+	// ReasonOK: admitted within the client's share.
+	ReasonOK Reason = iota
+	// ReasonOverLimit: the client used its share for this cycle.
+	ReasonOverLimit
+	// ReasonAnonymous: the request carried no usable client id.
+	ReasonAnonymous
+	// ReasonTableFull: a newcomer found the client table full.
+	ReasonTableFull
+	// ReasonPending: a newcomer waits for the early rollover that registers
+	// it, which MinCycle holds back.
+	ReasonPending
+	// ReasonStoreFailure: shared state failed or stayed contended past the
+	// CAS retry bound; FailureModeDeny decides whether this admits.
+	ReasonStoreFailure
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure"}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reasons lists every reason, for callers that pre-define one metric each.
+func Reasons() []Reason {
+	out := make([]Reason, numReasons)
+	for i := range out {
+		out[i] = Reason(i)
+	}
+	return out
+}
+
+// Decision is the outcome of one admission, with what a response needs.
+type Decision struct {
+	// Allowed is whether the request may proceed. In passthrough mode it is
+	// always true.
+	Allowed bool
+	// WouldReject is what enforce mode does with this request: in enforce
+	// mode it is !Allowed; in passthrough mode it is the would-be rejection.
+	WouldReject bool
+	// Reason says why. A store failure admits (WouldReject false) unless
+	// FailureModeDeny is set.
+	Reason Reason
+	// Limit is the client's share for the current cycle (0 when unknown,
+	// as for anonymous requests and newcomers that are not registered yet).
+	Limit int64
+	// Remaining is what the client may still send this cycle, as far as this
+	// worker knows: exact for a single worker, a lower bound of the unleased
+	// share plus this worker's lease for several.
+	Remaining int64
+	// Reset is the time until the current cycle ends.
+	Reset time.Duration
+	// RetryAfter is when a rejected request may succeed: the end of the
+	// cycle for over_limit, the earliest early rollover for pending.
+	RetryAfter time.Duration
+	// Cycle is the id of the cycle the request was counted in.
+	Cycle uint64
+}
+
