@@ -1,0 +1,287 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testConfig() Config {
+	cfg := Defaults(40, 10*time.Second)
+	cfg.MinCycle = time.Second
+	return cfg
+}
+
+func newLimiter(t *testing.T, cfg Config, store Store) *Limiter {
+	t.Helper()
+	l, err := New(cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// send makes n attempts by client at times spread inside [at, at+span).
+func send(l *Limiter, at time.Time, client string, n int) (admitted int, last Decision) {
+	for i := 0; i < n; i++ {
+		last = l.AdmitAt(at.Add(time.Duration(i)*time.Millisecond), client)
+		if last.Allowed {
+			admitted++
+		}
+	}
+	return admitted, last
+}
+
+func shareOf(l *Limiter, client string) int64 { return l.Snapshot().Clients[HashID(client)] }
+
+// The worked example, end to end through the state machine: four clients
+// registered at t0, demand per cycle as attempts, rollover on the deadline.
+func TestLimiterWorkedExample(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	clients := []string{"A", "B", "C", "D"}
+	if err := l.RegisterAt(t0, clients...); err != nil {
+		t.Fatal(err)
+	}
+	demands := [][]int{{2, 15, 10, 10}, {3, 15, 50, 10}, {0, 15, 50, 5}}
+	wantShares := [][]int64{{10, 10, 10, 10}, {5, 15, 10, 10}, {3, 11, 16, 10}, {1, 12, 22, 5}}
+	for cycle, want := range wantShares {
+		start := t0.Add(time.Duration(cycle) * 10 * time.Second)
+		l.TickAt(start)
+		for i, c := range clients {
+			if got := shareOf(l, c); got != want[i] {
+				t.Fatalf("cycle %d client %s share = %d, want %d", cycle+1, c, got, want[i])
+			}
+		}
+		if cycle == len(demands) {
+			break
+		}
+		for i, c := range clients {
+			admitted, _ := send(l, start.Add(time.Second), c, demands[cycle][i])
+			if want := min(int64(demands[cycle][i]), want[i]); int64(admitted) != want {
+				t.Fatalf("cycle %d client %s admitted %d, want %d", cycle+1, c, admitted, want)
+			}
+		}
+	}
+}
+
+func TestLimiterRejectionsCarryHeaders(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	admitted, d := send(l, t0, "solo", 41)
+	if admitted != 40 {
+		t.Fatalf("admitted %d of 41, want the whole capacity 40", admitted)
+	}
+	want := Decision{Allowed: false, WouldReject: true, Reason: ReasonOverLimit, Limit: 40,
+		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Cycle: d.Cycle}
+	if d != want {
+		t.Fatalf("decision = %+v\nwant       %+v", d, want)
+	}
+	ok := l.AdmitAt(t0.Add(10*time.Second), "solo")
+	if !ok.Allowed || ok.Cycle != d.Cycle+1 || ok.Remaining != ok.Limit-1 {
+		t.Fatalf("after the deadline: %+v, want admitted in the next cycle with remaining = limit-1", ok)
+	}
+}
+
+func TestAnonymousIsRejectedWithoutState(t *testing.T) {
+	store := NewMemStore()
+	l := newLimiter(t, testConfig(), store)
+	d := l.AdmitAt(t0, "")
+	if d.Allowed || d.Reason != ReasonAnonymous {
+		t.Fatalf("decision = %+v, want anonymous rejection", d)
+	}
+	if store.Keys() != 0 {
+		t.Fatalf("anonymous request touched shared state (%d keys)", store.Keys())
+	}
+}
+
+func TestNewcomerEndsCycleEarlyAndGetsShareAtOnce(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	send(l, t0, "A", 5)
+	first := l.Snapshot()
+	d := l.AdmitAt(t0.Add(2*time.Second), "B") // after MinCycle
+	if !d.Allowed || d.Cycle != first.Cycle+1 {
+		t.Fatalf("newcomer: %+v, want admitted in a new cycle", d)
+	}
+	s := l.Snapshot()
+	if !s.Early || !s.Deadline.Equal(t0.Add(12*time.Second)) {
+		t.Fatalf("snapshot %+v, want an early cycle ending 10s after the rollover", s)
+	}
+	// A asked 5 in 2 s, which scales to 25 per full cycle; B counts as the
+	// default share 20. Seed: A gets D + loan = 20 + min(5, 5/5*0) = 20.
+	if a, b := shareOf(l, "A"), shareOf(l, "B"); a+b != 40 || b < 1 {
+		t.Fatalf("shares A=%d B=%d, want a split of 40 with B served", a, b)
+	}
+}
+
+func TestEarlyDemandIsScaledToAFullCycle(t *testing.T) {
+	cfg := testConfig()
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "A", "B", "C", "D"); err != nil {
+		t.Fatal(err)
+	}
+	send(l, t0.Add(time.Millisecond), "A", 3) // 3 in 2.5 s: 12 per 10 s
+	l.AdmitAt(t0.Add(2500*time.Millisecond), "E")
+	// Rollover demand: A=12 (scaled), B=C=D=0, E=D=8 as newcomer.
+	want := Seed{Reservation: 0.1}.Allocate(nil, 40, []float64{(3 + 0) * 4, 0, 0, 0, 8})
+	for i, c := range []string{"A", "B", "C", "D", "E"} {
+		if got := shareOf(l, c); got != want[i] {
+			t.Fatalf("client %s share %d, want %d (all %v)", c, got, want[i], want)
+		}
+	}
+}
+
+func TestMinCycleHoldsNewcomersPending(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	send(l, t0, "A", 1)
+	d := l.AdmitAt(t0.Add(300*time.Millisecond), "B")
+	if d.Allowed || d.Reason != ReasonPending || d.RetryAfter != 700*time.Millisecond {
+		t.Fatalf("decision = %+v, want pending with retry-after 700ms", d)
+	}
+	before := l.Snapshot().Cycle
+	// A flood of new ids inside MinCycle causes no rollover at all.
+	for i := 0; i < 100; i++ {
+		l.AdmitAt(t0.Add(400*time.Millisecond), fmt.Sprintf("flood-%d", i))
+	}
+	if got := l.Snapshot().Cycle; got != before {
+		t.Fatalf("cycle moved from %d to %d during MinCycle", before, got)
+	}
+	d = l.AdmitAt(t0.Add(time.Second), "B")
+	if !d.Allowed || d.Cycle != before+1 {
+		t.Fatalf("after MinCycle: %+v, want B admitted in the early cycle", d)
+	}
+	if got := l.ActiveClients(); got != 102 {
+		t.Fatalf("active clients %d, want A, B and the 100 pending ids registered together", got)
+	}
+}
+
+func TestTableFullNeverEvictsActiveClients(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxClients = 3
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "A", "B", "C"); err != nil {
+		t.Fatal(err)
+	}
+	d := l.AdmitAt(t0.Add(5*time.Second), "D")
+	if d.Allowed || d.Reason != ReasonTableFull {
+		t.Fatalf("decision = %+v, want table_full", d)
+	}
+	for _, c := range []string{"A", "B", "C"} {
+		if !l.AdmitAt(t0.Add(5*time.Second), c).Allowed {
+			t.Fatalf("registered client %s was not served after a table_full", c)
+		}
+	}
+}
+
+func TestIdleClientsAreForgotten(t *testing.T) {
+	cfg := testConfig()
+	cfg.IdleCycles = 2
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "busy", "idle"); err != nil {
+		t.Fatal(err)
+	}
+	for c := 0; c < 3; c++ {
+		at := t0.Add(time.Duration(c) * 10 * time.Second)
+		l.TickAt(at)
+		send(l, at.Add(time.Second), "busy", 1)
+	}
+	l.TickAt(t0.Add(30 * time.Second))
+	s := l.Snapshot()
+	if _, ok := s.Clients[HashID("idle")]; ok || s.Clients[HashID("busy")] != 40 {
+		t.Fatalf("clients %v, want idle forgotten and busy holding all 40", s.Clients)
+	}
+}
+
+func TestLongGapExpiresEveryoneTogether(t *testing.T) {
+	cfg := testConfig()
+	l := newLimiter(t, cfg, NewMemStore())
+	send(l, t0, "A", 1)
+	send(l, t0.Add(time.Second), "B", 1)
+	d := l.AdmitAt(t0.Add(time.Hour), "C") // an hour of silence
+	if !d.Allowed {
+		t.Fatalf("decision = %+v", d)
+	}
+	if got := l.ActiveClients(); got != 1 {
+		t.Fatalf("active clients after an hour idle: %d, want only C", got)
+	}
+}
+
+func TestPassthroughAdmitsButReports(t *testing.T) {
+	cfg := testConfig()
+	cfg.Passthrough = true
+	l := newLimiter(t, cfg, NewMemStore())
+	admitted, d := send(l, t0, "A", 60)
+	if admitted != 60 || !d.WouldReject || d.Reason != ReasonOverLimit {
+		t.Fatalf("admitted %d, last %+v; want 60 admitted and the last would-reject over_limit", admitted, d)
+	}
+	if d := l.AdmitAt(t0, ""); !d.Allowed || d.Reason != ReasonAnonymous {
+		t.Fatalf("anonymous in passthrough: %+v", d)
+	}
+}
+
+func TestClockStepsBack(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	admitted, _ := send(l, t0, "A", 20)
+	// A small step back (workers reading the clock a little apart) is
+	// absorbed into the running cycle: still capped by the same share.
+	more, _ := send(l, t0.Add(-2*time.Second), "A", 40)
+	if admitted+more != 40 {
+		t.Fatalf("admitted %d across a small step back, want the share 40", admitted+more)
+	}
+	// A step back of more than a cycle starts a new cycle rather than
+	// freezing the limiter until the clock catches up.
+	c := l.Snapshot().Cycle
+	d := l.AdmitAt(t0.Add(-time.Hour), "A")
+	if !d.Allowed || d.Cycle != c+1 || d.Reset != 10*time.Second {
+		t.Fatalf("after a large step back: %+v, want a fresh full cycle", d)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	base := testConfig()
+	tests := []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"capacity", func(c *Config) { c.Capacity = 0 }},
+		{"capacity", func(c *Config) { c.Capacity = MaxCapacity + 1 }},
+		{"cycle", func(c *Config) { c.Cycle = 0 }},
+		{"cycle", func(c *Config) { c.Cycle = 2 * time.Hour }},
+		{"reservation", func(c *Config) { c.Reservation = 1.5 }},
+		{"reservation", func(c *Config) { c.Reservation = -0.1 }},
+		{"max_clients", func(c *Config) { c.MaxClients = 0 }},
+		{"idle_cycles", func(c *Config) { c.IdleCycles = 0 }},
+		{"min_cycle", func(c *Config) { c.MinCycle = 0 }},
+		{"min_cycle", func(c *Config) { c.MinCycle = c.Cycle + 1 }},
+		{"cas_retries", func(c *Config) { c.CASRetries = 0 }},
+		{"key_prefix", func(c *Config) { c.KeyPrefix = "" }},
+	}
+	for _, tt := range tests {
+		cfg := base
+		tt.edit(&cfg)
+		_, err := New(cfg, NewMemStore())
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field {
+			t.Errorf("config %+v: error %v, want one naming %q", cfg, err, tt.field)
+		}
+	}
+	if _, err := New(base, nil); err == nil {
+		t.Errorf("nil store accepted")
+	}
+}
+
+func TestKeySetIsBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxClients = 50
+	store := NewMemStore()
+	l := newLimiter(t, cfg, store)
+	for i := 0; i < 2000; i++ {
+		at := t0.Add(time.Duration(i) * 50 * time.Millisecond)
+		l.AdmitAt(at, fmt.Sprintf("id-%d", i))
+		l.AdmitAt(at, "steady")
+	}
+	if got := store.Keys(); got > cfg.MaxClients+1 {
+		t.Fatalf("store holds %d keys, want at most max_clients+1 = %d", got, cfg.MaxClients+1)
+	}
+}
