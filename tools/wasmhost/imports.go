@@ -1,0 +1,379 @@
+package wasmhost
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// envFunc is one proxy-wasm host function. fn reads its arguments from
+// stack and returns the call's status; the wrapper stores it as the result.
+type envFunc struct {
+	params  []api.ValueType
+	results []api.ValueType
+	fn      func(vm *VM, mem api.Memory, stack []uint64) Status
+}
+
+func (f envFunc) goFunc() api.GoModuleFunction {
+	return api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
+		vm := vmFrom(ctx)
+		if vm == nil { // called outside a VM call: cannot happen through Host
+			stack[0] = uint64(StatusInternalFailure)
+			return
+		}
+		stack[0] = uint64(f.fn(vm, mod.Memory(), stack))
+	})
+}
+
+var i32, i64 = api.ValueTypeI32, api.ValueTypeI64
+
+func i32s(n int) []api.ValueType {
+	t := make([]api.ValueType, n)
+	for i := range t {
+		t[i] = i32
+	}
+	return t
+}
+
+// fn builds an envFunc taking n i32 parameters and returning a status.
+func fn(n int, f func(vm *VM, mem api.Memory, stack []uint64) Status) envFunc {
+	return envFunc{params: i32s(n), results: i32s(1), fn: f}
+}
+
+// envFuncs are the env imports of the Go SDK (proxywasm/internal/
+// abi_hostcalls.go) that this host implements. Queues, HTTP calls, foreign
+// functions and body buffers are left to stubs.
+var envFuncs = map[string]envFunc{
+	"proxy_log":                          fn(3, proxyLog),
+	"proxy_send_local_response":          fn(8, proxySendLocalResponse),
+	"proxy_get_shared_data":              fn(5, proxyGetSharedData),
+	"proxy_set_shared_data":              fn(5, proxySetSharedData),
+	"proxy_get_header_map_value":         fn(5, proxyGetHeaderMapValue),
+	"proxy_add_header_map_value":         fn(5, proxyAddHeaderMapValue),
+	"proxy_replace_header_map_value":     fn(5, proxyReplaceHeaderMapValue),
+	"proxy_remove_header_map_value":      fn(3, proxyRemoveHeaderMapValue),
+	"proxy_get_header_map_pairs":         fn(3, proxyGetHeaderMapPairs),
+	"proxy_set_header_map_pairs":         fn(3, proxySetHeaderMapPairs),
+	"proxy_get_buffer_bytes":             fn(5, proxyGetBufferBytes),
+	"proxy_continue_stream":              fn(1, proxyContinueStream),
+	"proxy_close_stream":                 fn(1, okStatus),
+	"proxy_set_tick_period_milliseconds": fn(1, proxySetTickPeriod),
+	"proxy_set_effective_context":        fn(1, okStatus),
+	"proxy_done":                         fn(0, okStatus),
+	"proxy_define_metric":                fn(4, proxyDefineMetric),
+	"proxy_increment_metric":             {params: []api.ValueType{i32, i64}, results: i32s(1), fn: proxyIncrementMetric},
+	"proxy_record_metric":                {params: []api.ValueType{i32, i64}, results: i32s(1), fn: proxyRecordMetric},
+	"proxy_get_metric":                   fn(2, proxyGetMetric),
+	"proxy_get_property":                 fn(4, proxyGetProperty),
+	"proxy_set_property":                 fn(4, proxySetProperty),
+}
+
+func arg(stack []uint64, i int) uint32 { return uint32(stack[i]) }
+
+// view returns guest memory [ptr, ptr+size) without copying; ok is false
+// when the range is outside memory.
+func view(mem api.Memory, ptr, size uint32) ([]byte, bool) {
+	if size == 0 {
+		return nil, true
+	}
+	return mem.Read(ptr, size)
+}
+
+func viewString(mem api.Memory, ptr, size uint32) (string, bool) {
+	b, ok := view(mem, ptr, size)
+	return string(b), ok
+}
+
+func okStatus(*VM, api.Memory, []uint64) Status { return StatusOK }
+
+func proxyLog(vm *VM, mem api.Memory, s []uint64) Status {
+	msg, ok := viewString(mem, arg(s, 1), arg(s, 2))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	vm.log(int(arg(s, 0)), msg)
+	return StatusOK
+}
+
+func proxySendLocalResponse(vm *VM, mem api.Memory, s []uint64) Status {
+	st := vm.stream
+	if st == nil {
+		return StatusBadArgument
+	}
+	body, ok1 := view(mem, arg(s, 3), arg(s, 4))
+	raw, ok2 := view(mem, arg(s, 5), arg(s, 6))
+	if !ok1 || !ok2 {
+		return StatusInvalidMemoryAccess
+	}
+	headers, err := decodePairs(raw)
+	if err != nil {
+		return StatusBadArgument
+	}
+	// Envoy sends the reply after the callback returns; the stream records
+	// it and Do builds the response then.
+	st.local = &localReply{status: int(arg(s, 0)), body: string(body), headers: lowerKeys(headers)}
+	return StatusOK
+}
+
+func proxyGetSharedData(vm *VM, mem api.Memory, s []uint64) Status {
+	key, ok := viewString(mem, arg(s, 0), arg(s, 1))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	// The copy is taken under the store's lock; the guest allocation happens
+	// after it is released, as in Envoy.
+	value, cas, status := vm.host.shared.Get(key)
+	if status != StatusOK {
+		return status
+	}
+	if st := vm.copyOut(mem, value, arg(s, 2), arg(s, 3)); st != StatusOK {
+		return st
+	}
+	if !mem.WriteUint32Le(arg(s, 4), cas) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+func proxySetSharedData(vm *VM, mem api.Memory, s []uint64) Status {
+	key, ok1 := viewString(mem, arg(s, 0), arg(s, 1))
+	value, ok2 := view(mem, arg(s, 2), arg(s, 3))
+	if !ok1 || !ok2 {
+		return StatusInvalidMemoryAccess
+	}
+	return vm.host.shared.Set(key, value, arg(s, 4))
+}
+
+// headerMap returns the stream's map of the given type. Trailers are always
+// empty; outside a stream there is no map at all.
+func (vm *VM) headerMap(mapType uint32) (*[][2]string, Status) {
+	st := vm.stream
+	if st == nil {
+		return nil, StatusBadArgument
+	}
+	switch mapType {
+	case mapRequestHeaders:
+		return &st.request, StatusOK
+	case mapResponseHeaders:
+		if !st.responding {
+			return nil, StatusBadArgument
+		}
+		return &st.response, StatusOK
+	case mapRequestTrailers, mapResponseTrailers:
+		return &st.trailers, StatusOK
+	}
+	return nil, StatusBadArgument
+}
+
+func proxyGetHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
+	m, status := vm.headerMap(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	key, ok := viewString(mem, arg(s, 1), arg(s, 2))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	key = strings.ToLower(key)
+	for _, p := range *m {
+		if p[0] == key { // Envoy returns the first value
+			return vm.copyOut(mem, []byte(p[1]), arg(s, 3), arg(s, 4))
+		}
+	}
+	return StatusNotFound
+}
+
+func headerKeyValue(mem api.Memory, s []uint64) (key, value string, ok bool) {
+	key, ok1 := viewString(mem, arg(s, 1), arg(s, 2))
+	value, ok2 := viewString(mem, arg(s, 3), arg(s, 4))
+	return strings.ToLower(key), value, ok1 && ok2
+}
+
+func proxyAddHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
+	m, status := vm.headerMap(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	key, value, ok := headerKeyValue(mem, s)
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	*m = append(*m, [2]string{key, value})
+	return StatusOK
+}
+
+// proxyReplaceHeaderMapValue follows Envoy's setCopy: the first entry with
+// the key takes the value, or the pair is added.
+func proxyReplaceHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
+	m, status := vm.headerMap(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	key, value, ok := headerKeyValue(mem, s)
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	for i, p := range *m {
+		if p[0] == key {
+			(*m)[i][1] = value
+			return StatusOK
+		}
+	}
+	*m = append(*m, [2]string{key, value})
+	return StatusOK
+}
+
+func proxyRemoveHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
+	m, status := vm.headerMap(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	key, ok := viewString(mem, arg(s, 1), arg(s, 2))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	*m = removeKey(*m, strings.ToLower(key))
+	return StatusOK
+}
+
+func proxyGetHeaderMapPairs(vm *VM, mem api.Memory, s []uint64) Status {
+	m, status := vm.headerMap(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	return vm.copyOut(mem, encodePairs(*m), arg(s, 1), arg(s, 2))
+}
+
+func proxySetHeaderMapPairs(vm *VM, mem api.Memory, s []uint64) Status {
+	m, status := vm.headerMap(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	raw, ok := view(mem, arg(s, 1), arg(s, 2))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	pairs, err := decodePairs(raw)
+	if err != nil {
+		return StatusBadArgument
+	}
+	*m = lowerKeys(pairs)
+	return StatusOK
+}
+
+// proxyGetBufferBytes serves the two configuration buffers. An empty one
+// answers NotFound, which the SDK reports for an absent configuration too.
+func proxyGetBufferBytes(vm *VM, mem api.Memory, s []uint64) Status {
+	var buf []byte
+	switch arg(s, 0) {
+	case bufferVMConfiguration:
+		buf = vm.host.opts.VMConfig
+	case bufferPluginConfiguration:
+		buf = vm.host.opts.PluginConfig
+	default:
+		return StatusNotFound
+	}
+	start, max := int(arg(s, 1)), int(int32(arg(s, 2)))
+	if start < 0 || max < 0 {
+		return StatusBadArgument
+	}
+	if start >= len(buf) {
+		return StatusNotFound
+	}
+	buf = buf[start:]
+	if max < len(buf) {
+		buf = buf[:max]
+	}
+	return vm.copyOut(mem, buf, arg(s, 3), arg(s, 4))
+}
+
+func proxyContinueStream(vm *VM, _ api.Memory, s []uint64) Status {
+	if st := vm.stream; st != nil && arg(s, 0) == 0 {
+		st.continued = true
+	}
+	return StatusOK
+}
+
+func proxySetTickPeriod(vm *VM, _ api.Memory, s []uint64) Status {
+	vm.tickPeriod.Store(arg(s, 0))
+	return StatusOK
+}
+
+func proxyDefineMetric(vm *VM, mem api.Memory, s []uint64) Status {
+	name, ok := viewString(mem, arg(s, 1), arg(s, 2))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	id, status := vm.host.metrics.Define(arg(s, 0), name)
+	if status != StatusOK {
+		return status
+	}
+	if !mem.WriteUint32Le(arg(s, 3), id) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+func proxyIncrementMetric(vm *VM, _ api.Memory, s []uint64) Status {
+	return vm.host.metrics.Increment(arg(s, 0), int64(s[1]))
+}
+
+func proxyRecordMetric(vm *VM, _ api.Memory, s []uint64) Status {
+	return vm.host.metrics.Record(arg(s, 0), s[1])
+}
+
+func proxyGetMetric(vm *VM, mem api.Memory, s []uint64) Status {
+	v, status := vm.host.metrics.Get(arg(s, 0))
+	if status != StatusOK {
+		return status
+	}
+	if !mem.WriteUint64Le(arg(s, 1), v) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+func proxyGetProperty(vm *VM, mem api.Memory, s []uint64) Status {
+	raw, ok := view(mem, arg(s, 0), arg(s, 1))
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	value, found := vm.host.property(propertyKey(raw))
+	if !found {
+		return StatusNotFound
+	}
+	return vm.copyOut(mem, value, arg(s, 2), arg(s, 3))
+}
+
+func proxySetProperty(vm *VM, mem api.Memory, s []uint64) Status {
+	raw, ok1 := view(mem, arg(s, 0), arg(s, 1))
+	value, ok2 := view(mem, arg(s, 2), arg(s, 3))
+	if !ok1 || !ok2 {
+		return StatusInvalidMemoryAccess
+	}
+	vm.host.SetProperty(propertyKey(raw), string(value))
+	return StatusOK
+}
+
+func lowerKeys(pairs [][2]string) [][2]string {
+	for i := range pairs {
+		pairs[i][0] = strings.ToLower(pairs[i][0])
+	}
+	return pairs
+}
+
+func removeKey(pairs [][2]string, key string) [][2]string {
+	out := pairs[:0]
+	for _, p := range pairs {
+		if p[0] != key {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func clockProperty(c *Clock) []byte {
+	return strconv.AppendInt(nil, c.wall.Load(), 10)
+}
