@@ -1,0 +1,371 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+// headerStyle is which rate-limit headers responses carry.
+type headerStyle uint8
+
+const (
+	styleXRateLimit headerStyle = iota
+	styleIETF
+	styleNone
+)
+
+var styleNames = [...]string{"x-ratelimit", "ietf", "none"}
+
+func (s headerStyle) String() string { return styleNames[s] }
+
+// pluginConfig is the parsed plugin configuration (docs/contract.md), with
+// every default filled in and the engine's Config derived from it.
+type pluginConfig struct {
+	ClientHeader     string // lower-cased: Envoy looks headers up lower-cased
+	Passthrough      bool
+	HeadersOnAllowed bool
+	RateLimitHeaders headerStyle
+	StatusCode       uint32
+	MaxClientIDBytes int
+	Name             string
+	DebugHeaders     bool
+	Engine           engine.Config
+}
+
+// rawConfig holds each field undecoded, so that a wrong type, a null or an
+// out-of-range value is reported in the contract's words with the field's
+// name, rather than as encoding/json's Go-typed message.
+type rawConfig struct {
+	Capacity         json.RawMessage `json:"capacity"`
+	Cycle            json.RawMessage `json:"cycle"`
+	Reservation      json.RawMessage `json:"reservation"`
+	ClientHeader     json.RawMessage `json:"client_header"`
+	Mode             json.RawMessage `json:"mode"`
+	MaxClients       json.RawMessage `json:"max_clients"`
+	IdleCycles       json.RawMessage `json:"idle_cycles"`
+	MinCycle         json.RawMessage `json:"min_cycle"`
+	FailureModeDeny  json.RawMessage `json:"failure_mode_deny"`
+	RateLimitHeaders json.RawMessage `json:"rate_limit_headers"`
+	HeadersOnAllowed json.RawMessage `json:"headers_on_allowed"`
+	StatusCode       json.RawMessage `json:"status_code"`
+	MaxClientIDBytes json.RawMessage `json:"max_client_id_bytes"`
+	Name             json.RawMessage `json:"name"`
+	DebugHeaders     json.RawMessage `json:"debug_headers"`
+}
+
+// configError is a configuration error that names its field. Its text is
+// exactly what follows "borrowcycle: invalid configuration: " in the log.
+type configError struct {
+	Field  string
+	Reason string
+}
+
+func (e *configError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldError(field, reason string) error { return &configError{Field: field, Reason: reason} }
+
+// Bounds of the contract that the engine does not impose itself.
+const (
+	defaultClientHeader     = "x-client-id"
+	defaultName             = "default"
+	defaultStatusCode       = 429
+	defaultMaxClientIDBytes = 256
+	maxClientIDBytesLimit   = 4096
+	maxNameLen              = 64
+	maxHeaderNameLen        = 256
+)
+
+// parseConfig parses the plugin configuration. It is pure (no clock, no host
+// calls), so every Envoy worker reaches the same verdict on the same bytes:
+// a worker whose start fails after the canary passed would skip the filter.
+func parseConfig(data []byte) (pluginConfig, error) {
+	var raw rawConfig
+	if err := decodeStrict(data, &raw); err != nil {
+		return pluginConfig{}, err
+	}
+	p := &fieldParser{}
+	capacity := p.integer("capacity", raw.Capacity, 0, 1, engine.MaxCapacity, true)
+	cycle := p.duration("cycle", raw.Cycle, 0, 0, engine.MaxCycle, true)
+	if p.err != nil {
+		return pluginConfig{}, p.err
+	}
+	ec := engine.Defaults(capacity, cycle)
+	ec.Reservation = p.number("reservation", raw.Reservation, ec.Reservation, 0, 1)
+	cfg := pluginConfig{Engine: ec}
+	cfg.ClientHeader = p.headerName("client_header", raw.ClientHeader, defaultClientHeader)
+	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
+	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
+	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
+	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, max(cycle/10, 1), 0, cycle, false)
+	cfg.Engine.FailureModeDeny = p.boolean("failure_mode_deny", raw.FailureModeDeny, false)
+	style := p.enum("rate_limit_headers", raw.RateLimitHeaders, styleNames[0], styleNames[:]...)
+	cfg.HeadersOnAllowed = p.boolean("headers_on_allowed", raw.HeadersOnAllowed, true)
+	cfg.StatusCode = uint32(p.integer("status_code", raw.StatusCode, defaultStatusCode, 400, 599, false))
+	cfg.MaxClientIDBytes = int(p.integer("max_client_id_bytes", raw.MaxClientIDBytes, defaultMaxClientIDBytes, 1, maxClientIDBytesLimit, false))
+	cfg.Name = p.name("name", raw.Name, defaultName)
+	cfg.DebugHeaders = p.boolean("debug_headers", raw.DebugHeaders, false)
+	if p.err != nil {
+		return pluginConfig{}, p.err
+	}
+	cfg.Engine.Passthrough = mode == "passthrough"
+	cfg.Passthrough = cfg.Engine.Passthrough
+	cfg.RateLimitHeaders = headerStyle(indexOf(styleNames[:], style))
+	// The shared-data map is per vm_id, so the limit's name keeps limits
+	// that share a vm_id apart.
+	cfg.Engine.KeyPrefix = "borrowcycle/" + cfg.Name
+	if err := cfg.Engine.Validate(); err != nil {
+		return pluginConfig{}, fromEngineError(err)
+	}
+	return cfg, nil
+}
+
+// fromEngineError maps the engine's validation error onto the contract's
+// field names. The checks above make it unreachable for the user-facing
+// fields; it stays as the backstop if the engine's bounds tighten.
+func fromEngineError(err error) error {
+	var fe *engine.FieldError
+	if !errors.As(err, &fe) {
+		return fieldError("config", err.Error())
+	}
+	field := fe.Field
+	if field == "key_prefix" {
+		field = "name"
+	}
+	return fieldError(field, fe.Reason)
+}
+
+// decodeStrict decodes one JSON object into raw, rejecting unknown fields
+// and anything after the object.
+func decodeStrict(data []byte, raw *rawConfig) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return fieldError("capacity", "required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(raw); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fieldError("json", "unexpected data after the configuration object")
+	}
+	return nil
+}
+
+// jsonError turns encoding/json's errors into field errors. Unknown fields
+// are named in the message only, hence the string handling.
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fieldError("json", "malformed at byte "+strconv.FormatInt(syn.Offset, 10)+": "+syn.Error())
+	case errors.As(err, &typ):
+		// Only the top level can have a wrong type: every field is raw.
+		return fieldError("json", "the configuration must be a JSON object, got "+typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fieldError("json", "unexpected end of input")
+	}
+	const unknown = "json: unknown field "
+	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
+		name, uerr := strconv.Unquote(strings.TrimPrefix(msg, unknown))
+		if uerr != nil {
+			name = strings.TrimPrefix(msg, unknown)
+		}
+		return fieldError(name, "unknown field")
+	}
+	return fieldError("json", err.Error())
+}
+
+// fieldParser parses fields in order and keeps the first error, so a
+// configuration is reported field by field in the contract's order.
+type fieldParser struct{ err error }
+
+func (p *fieldParser) fail(field, reason string) {
+	if p.err == nil {
+		p.err = fieldError(field, reason)
+	}
+}
+
+// present reports whether a field was given; null is rejected as a wrong
+// type rather than read as "use the default", so a templating mistake that
+// renders null is not silently accepted.
+func (p *fieldParser) present(field string, raw json.RawMessage, want string, required bool) bool {
+	if raw == nil {
+		if required {
+			p.fail(field, "required")
+		}
+		return false
+	}
+	if got := jsonKind(raw); got != want {
+		p.fail(field, "must be "+want+", got "+got)
+		return false
+	}
+	return true
+}
+
+func (p *fieldParser) integer(field string, raw json.RawMessage, def, lo, hi int64, required bool) int64 {
+	if !p.present(field, raw, "a number", required) {
+		return def
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < lo || n > hi {
+		p.fail(field, "must be an integer in ["+strconv.FormatInt(lo, 10)+", "+strconv.FormatInt(hi, 10)+"], got "+string(raw))
+		return def
+	}
+	return n
+}
+
+func (p *fieldParser) number(field string, raw json.RawMessage, def, lo, hi float64) float64 {
+	if !p.present(field, raw, "a number", false) {
+		return def
+	}
+	x, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || math.IsNaN(x) || x < lo || x > hi {
+		p.fail(field, "must be a number in ["+strconv.FormatFloat(lo, 'g', -1, 64)+", "+strconv.FormatFloat(hi, 'g', -1, 64)+"], got "+string(raw))
+		return def
+	}
+	return x
+}
+
+// duration parses a Go duration string in (lo, hi].
+func (p *fieldParser) duration(field string, raw json.RawMessage, def, lo, hi time.Duration, required bool) time.Duration {
+	s, ok := p.str(field, raw, required)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		p.fail(field, "invalid duration "+strconv.Quote(s))
+		return def
+	}
+	if d <= lo || d > hi {
+		p.fail(field, "must be in ("+lo.String()+", "+hi.String()+"], got "+d.String())
+		return def
+	}
+	return d
+}
+
+func (p *fieldParser) boolean(field string, raw json.RawMessage, def bool) bool {
+	if !p.present(field, raw, "a boolean", false) {
+		return def
+	}
+	return raw[0] == 't'
+}
+
+func (p *fieldParser) str(field string, raw json.RawMessage, required bool) (string, bool) {
+	if !p.present(field, raw, "a string", required) {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		p.fail(field, "invalid string: "+err.Error())
+		return "", false
+	}
+	return s, true
+}
+
+func (p *fieldParser) enum(field string, raw json.RawMessage, def string, allowed ...string) string {
+	s, ok := p.str(field, raw, false)
+	if !ok {
+		return def
+	}
+	if indexOf(allowed, s) < 0 {
+		p.fail(field, "must be one of "+quoteAll(allowed)+", got "+strconv.Quote(s))
+		return def
+	}
+	return s
+}
+
+// headerName accepts an HTTP field name (RFC 9110 token characters) and
+// lower-cases it, the form in which Envoy stores and looks up headers.
+func (p *fieldParser) headerName(field string, raw json.RawMessage, def string) string {
+	s, ok := p.str(field, raw, false)
+	if !ok {
+		return def
+	}
+	if s == "" || len(s) > maxHeaderNameLen || !isToken(s) {
+		p.fail(field, "must be an HTTP header name of 1 to "+strconv.Itoa(maxHeaderNameLen)+" token characters, got "+strconv.Quote(s))
+		return def
+	}
+	return strings.ToLower(s)
+}
+
+// name accepts [a-z0-9_]{1,64}: it is embedded in shared-data keys, metric
+// names (which Envoy's stats_tags regexes must split unambiguously, hence no
+// dots) and a quoted header parameter.
+func (p *fieldParser) name(field string, raw json.RawMessage, def string) string {
+	s, ok := p.str(field, raw, false)
+	if !ok {
+		return def
+	}
+	valid := s != "" && len(s) <= maxNameLen
+	for i := 0; valid && i < len(s); i++ {
+		c := s[i]
+		valid = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_'
+	}
+	if !valid {
+		p.fail(field, "must match [a-z0-9_]{1,64}, got "+strconv.Quote(s))
+		return def
+	}
+	return s
+}
+
+// jsonKind names the JSON type of a raw value by its first byte; the
+// decoder has already checked the value is well formed.
+func jsonKind(raw json.RawMessage) string {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "a number"
+}
+
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func quoteAll(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+)
+
+// Header names of docs/contract.md.
+const (
+	hdrContentType   = "content-type"
+	hdrRateLimited   = "x-envoy-ratelimited"
+	hdrReason        = "x-borrowcycle-reason"
+	hdrRetryAfter    = "retry-after"
+	hdrLimit         = "x-ratelimit-limit"
+	hdrRemaining     = "x-ratelimit-remaining"
+	hdrReset         = "x-ratelimit-reset"
+	hdrPolicy        = "ratelimit-policy"
+	hdrRateLimit     = "ratelimit"
+	hdrDebugCycle    = "x-borrowcycle-cycle"
+	contentTypePlain = "text/plain"
+)
+
+// rejectionBodies are the one-line bodies of local replies, one per reason.
+// The anonymous body names the configured header, so it is built per config.
+var rejectionBodies = map[engine.Reason]string{
+	engine.ReasonOverLimit:    "borrowcycle: over_limit: this client used its share for the current cycle",
+	engine.ReasonPending:      "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
+	engine.ReasonTableFull:    "borrowcycle: table_full: too many distinct clients",
+	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",
+}
+
+// responder writes local replies and rate-limit headers for one plugin
+// context. Its buffers are reused across requests: a VM runs one callback at
+// a time, and the host copies headers and bodies before the call returns.
+type responder struct {
+	status     uint32
+	style      headerStyle
+	debug      bool
+	bodies     [][]byte // by engine.Reason
+	policyHead string   // `"<name>";q=`
+	policyTail string   // `;w=<cycle seconds>`
+	limitHead  string   // `"<name>";r=`
+	headers    [][2]string
+	buf        []byte
+}
+
+func newResponder(cfg *pluginConfig) *responder {
+	r := &responder{
+		status:     cfg.StatusCode,
+		style:      cfg.RateLimitHeaders,
+		debug:      cfg.DebugHeaders,
+		bodies:     make([][]byte, len(engine.Reasons())),
+		policyHead: strconv.Quote(cfg.Name) + ";q=",
+		policyTail: ";w=" + strconv.FormatInt(ceilSeconds(cfg.Engine.Cycle), 10),
+		limitHead:  strconv.Quote(cfg.Name) + ";r=",
+		headers:    make([][2]string, 0, 10),
+		buf:        make([]byte, 0, 64),
+	}
+	for reason, body := range rejectionBodies {
+		r.bodies[reason] = []byte(body)
+	}
+	r.bodies[engine.ReasonAnonymous] = []byte("borrowcycle: anonymous: missing or invalid client id header " + strconv.Quote(cfg.ClientHeader))
+	return r
+}
+
+// reject sends the local reply for a rejected decision. The caller returns
+// types.ActionPause only when this succeeded: a stream paused without a
+// reply would hang.
+func (r *responder) reject(d engine.Decision) error {
+	h := append(r.headers[:0], [2]string{hdrContentType, contentTypePlain}, [2]string{hdrReason, d.Reason.String()})
+	if d.Reason != engine.ReasonAnonymous {
+		h = append(h,
+			[2]string{hdrRateLimited, "true"},
+			[2]string{hdrRetryAfter, formatInt(retryAfterSeconds(d.RetryAfter))})
+		h = r.appendRateLimit(h, d)
+	}
+	if r.debug {
+		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
+	}
+	r.headers = h
+	return proxywasm.SendHttpResponse(r.status, h, r.bodies[d.Reason], -1)
+}
+
+// addResponseHeaders adds the rate-limit headers (when the decision carries
+// a share to report) and the debug header to an upstream response.
+func (r *responder) addResponseHeaders(d engine.Decision, rateLimit bool) {
+	var h [][2]string
+	if rateLimit && reportsShare(d) {
+		h = r.appendRateLimit(r.headers[:0], d)
+	}
+	if r.debug {
+		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
+	}
+	for _, kv := range h {
+		// A refused header only loses information; the response goes on.
+		_ = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
+	}
+	if h != nil {
+		r.headers = h
+	}
+}
+
+// reportsShare is false for admitted decisions that know no share: a store
+// failure admitted by failure_mode_deny=false, or an anonymous request in
+// passthrough mode. Headers there would claim a limit of 0.
+func reportsShare(d engine.Decision) bool {
+	return d.Reason != engine.ReasonStoreFailure && d.Reason != engine.ReasonAnonymous
+}
+
+func (r *responder) appendRateLimit(h [][2]string, d engine.Decision) [][2]string {
+	reset := ceilSeconds(d.Reset)
+	switch r.style {
+	case styleXRateLimit:
+		return append(h,
+			[2]string{hdrLimit, formatInt(d.Limit)},
+			[2]string{hdrRemaining, formatInt(d.Remaining)},
+			[2]string{hdrReset, formatInt(reset)})
+	case styleIETF:
+		b := strconv.AppendInt(append(r.buf[:0], r.policyHead...), d.Limit, 10)
+		policy := string(append(b, r.policyTail...))
+		b = strconv.AppendInt(append(b[:0], r.limitHead...), d.Remaining, 10)
+		b = strconv.AppendInt(append(b, ";t="...), reset, 10)
+		r.buf = b
+		return append(h, [2]string{hdrPolicy, policy}, [2]string{hdrRateLimit, string(b)})
+	}
+	return h
+}
+
+// ceilSeconds is d in whole seconds, rounded up, never negative.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// retryAfterSeconds is at least 1: "retry-after: 0" invites an immediate
+// retry that would be rejected again.
+func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
+
+// formatInt and formatUint avoid fmt; strconv returns values below 100
+// without allocating, which covers most remaining counts and resets.
+func formatInt(n int64) string   { return strconv.FormatInt(n, 10) }
+func formatUint(n uint64) string { return strconv.FormatUint(n, 10) }
