@@ -31,6 +31,11 @@ func loadModule(tb testing.TB, name string) *Module {
 		return m
 	}
 	path := filepath.Join("..", "..", "build", name)
+	// The Makefile names the plugin by this variable for the e2e suite; a
+	// developer can point it at another build of the plugin.
+	if env := os.Getenv("BORROWCYCLE_WASM"); name == pluginWasm && env != "" {
+		path = env
+	}
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatalf("%s is missing (%v): run `make build` first", path, err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 )
 
@@ -222,14 +220,4 @@ func (h *Host) MemoryPages() []uint32 {
 		out[i] = vm.MemoryPages()
 	}
 	return out
-}
-
-// sortedMetricNames is for error messages and test output.
-func sortedMetricNames(m map[string]int64) string {
-	names := make([]string, 0, len(m))
-	for k, v := range m {
-		names = append(names, fmt.Sprintf("%s=%d", k, v))
-	}
-	sort.Strings(names)
-	return strings.Join(names, " ")
 }
