@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// chartFormats are written for every chart: SVG for the docs, PNG for
+// viewers that do not render SVG.
+var chartFormats = []string{"svg", "png"}
+
+const chartWidth, chartHeight = 8 * vg.Inch, 4.5 * vg.Inch
+
+// WriteCharts writes the share/demand chart and the admitted/rejected chart
+// of res into dir and returns the paths written.
+func WriteCharts(dir string, res *Result) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	base := filepath.Join(dir, res.Scenario.Name+"-"+res.Policy)
+	var paths []string
+	for _, c := range []struct {
+		suffix string
+		build  func(*Result) (*plot.Plot, error)
+	}{{"shares", sharesChart}, {"admitted", admittedChart}} {
+		p, err := c.build(res)
+		if err != nil {
+			return nil, fmt.Errorf("%s chart: %w", c.suffix, err)
+		}
+		for _, ext := range chartFormats {
+			path := base + "-" + c.suffix + "." + ext
+			if err := p.Save(chartWidth, chartHeight, path); err != nil {
+				return nil, err
+			}
+			paths = append(paths, path)
+		}
+	}
+	return paths, nil
+}
+
+// sharesChart draws each client's (or group's) share as a solid line and
+// its demand (attempts) as a dashed line of the same colour. The gap
+// between them cycle by cycle is the lag of the policy.
+func sharesChart(res *Result) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s (%s): share and demand per cycle", res.Scenario.Name, res.Policy)
+	p.X.Label.Text = "cycle"
+	p.Y.Label.Text = "requests per cycle"
+	p.Legend.Top = true
+	cycles := len(res.Demand)
+	shares := make([]plotter.XYs, len(res.Groups))
+	demands := make([]plotter.XYs, len(res.Groups))
+	for k := 0; k < cycles; k++ {
+		for g, row := range res.groupRows(k) {
+			shares[g] = append(shares[g], plotter.XY{X: float64(k + 1), Y: float64(max(row.share, 0))})
+			demands[g] = append(demands[g], plotter.XY{X: float64(k + 1), Y: float64(row.demand)})
+		}
+	}
+	for g, name := range res.Groups {
+		share, err := plotter.NewLine(shares[g])
+		if err != nil {
+			return nil, err
+		}
+		share.Color = plotutil.Color(g)
+		share.Width = vg.Points(2)
+		demand, err := plotter.NewLine(demands[g])
+		if err != nil {
+			return nil, err
+		}
+		demand.Color = plotutil.Color(g)
+		demand.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(share, demand)
+		p.Legend.Add(name+" share", share)
+		p.Legend.Add(name+" demand", demand)
+	}
+	return p, nil
+}
+
+// admittedChart stacks admitted and rejected attempts per cycle, with the
+// capacity as a line: admitted bars under the line with red above them
+// are capacity that was there and turned requests away.
+func admittedChart(res *Result) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s (%s): admitted and rejected per cycle", res.Scenario.Name, res.Policy)
+	p.X.Label.Text = "cycle"
+	p.Y.Label.Text = "attempts per cycle"
+	p.Legend.Top = true
+	cycles := len(res.Demand)
+	admitted := make(plotter.Values, cycles)
+	rejected := make(plotter.Values, cycles)
+	capLine := make(plotter.XYs, cycles)
+	for k := 0; k < cycles; k++ {
+		admitted[k] = float64(sum(res.Admitted[k]))
+		rejected[k] = float64(sum(res.Rejected[k]))
+		capLine[k] = plotter.XY{X: float64(k + 1), Y: float64(res.Scenario.Capacity)}
+	}
+	width := barWidth(cycles)
+	a, err := plotter.NewBarChart(admitted, width)
+	if err != nil {
+		return nil, err
+	}
+	a.Color = plotutil.Color(2)
+	a.XMin = 1
+	r, err := plotter.NewBarChart(rejected, width)
+	if err != nil {
+		return nil, err
+	}
+	r.Color = plotutil.Color(0)
+	r.XMin = 1
+	r.StackOn(a)
+	c, err := plotter.NewLine(capLine)
+	if err != nil {
+		return nil, err
+	}
+	c.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	c.Width = vg.Points(1.5)
+	p.Add(a, r, c)
+	p.Legend.Add("admitted", a)
+	p.Legend.Add("rejected", r)
+	p.Legend.Add("capacity", c)
+	return p, nil
+}
+
+// barWidth keeps bars from overlapping on long runs.
+func barWidth(cycles int) vg.Length {
+	w := (chartWidth - vg.Inch) / vg.Length(2*max(cycles, 1))
+	return min(w, vg.Points(18))
+}

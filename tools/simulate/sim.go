@@ -1,0 +1,518 @@
+package main
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+// epoch is where virtual time starts. Any fixed instant would do; a fixed
+// one keeps runs byte-for-byte reproducible.
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// member is one simulated client (a group of Count clients has Count
+// members).
+type member struct {
+	name     string
+	group    int
+	join     int // first cycle it sends in
+	leave    int // first cycle it no longer sends in
+	register bool
+	honest   bool
+	retry    Retry
+	fresh    []int64 // new requests per cycle, index 0 = cycle 1
+}
+
+// Result is everything one run observed, per cycle of the simulation grid
+// (cycle k covers [epoch+(k−1)·cycle, epoch+k·cycle)).
+type Result struct {
+	Scenario *Scenario
+	Policy   string
+	Groups   []string // display name of each client spec
+	Members  []member
+	// Share[k][i] is member i's share at the start of cycle k+1, after the
+	// rollover due then; −1 when it is not registered. It has Cycles+1
+	// rows: the last is the share the run's demand leads to.
+	Share [][]int64
+	// Registered[k] is how many clients cycle k+1 started with.
+	Registered []int
+	// Demand counts attempts (retries included) per cycle and member,
+	// Fresh only first attempts; Admitted and Rejected split Demand.
+	Demand, Fresh, Admitted, Rejected [][]int64
+	// Rollovers observed, and how many of them ended a cycle early;
+	// CycleRollovers[k] those observed during grid cycle k+1 (the on-time
+	// rollover at its start included).
+	Rollovers, EarlyRollovers int
+	CycleRollovers            []int
+	// CapViolations counts engine cycles whose admitted total exceeds the
+	// capacity; ShareViolations (engine cycle, client) pairs whose
+	// admitted count exceeds the client's share.
+	CapViolations, ShareViolations int
+	Reasons                        map[string]int64
+}
+
+// Run simulates sc under policy on a virtual clock and returns what
+// happened. factor multiplies the demand of the client (or group) named
+// inflate; factor 1 is the plain run.
+func Run(sc *Scenario, policy engine.Policy, inflate string, factor float64) (*Result, error) {
+	r, err := newRunner(sc, policy, inflate, factor)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.run(); err != nil {
+		return nil, err
+	}
+	return r.res, nil
+}
+
+// EngineConfig is the engine configuration a scenario asks for: the
+// engine's defaults with the scenario's fields laid over them.
+func EngineConfig(sc *Scenario, policy engine.Policy) engine.Config {
+	cfg := engine.Defaults(sc.Capacity, time.Duration(sc.Cycle))
+	if sc.Reservation != nil {
+		cfg.Reservation = *sc.Reservation
+	}
+	if sc.MinCycle > 0 {
+		cfg.MinCycle = time.Duration(sc.MinCycle)
+	}
+	if sc.IdleCycles > 0 {
+		cfg.IdleCycles = sc.IdleCycles
+	}
+	if sc.MaxClients > 0 {
+		cfg.MaxClients = sc.MaxClients
+	}
+	cfg.Passthrough = sc.Passthrough
+	if seed, ok := policy.(engine.Seed); ok {
+		// The seed policy reads its reservation from itself, not from the
+		// config: keep the two in step.
+		seed.Reservation = cfg.Reservation
+		policy = seed
+	}
+	cfg.Policy = policy
+	return cfg
+}
+
+// PolicyByName maps the -policy names to engine policies.
+func PolicyByName(name string) (engine.Policy, error) {
+	switch name {
+	case "seed":
+		return engine.Seed{}, nil
+	case "static":
+		return engine.Static{}, nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (want seed or static)", name)
+}
+
+// expand turns client specs into members with their per-cycle demand.
+func expand(sc *Scenario, inflate string, factor float64) ([]member, []string) {
+	var members []member
+	groups := make([]string, len(sc.Clients))
+	for gi := range sc.Clients {
+		spec := &sc.Clients[gi]
+		groups[gi] = spec.Name
+		if spec.Count > 1 {
+			groups[gi] = fmt.Sprintf("%s (x%d)", spec.Name, spec.Count)
+		}
+		joins := joinCycles(sc, spec, gi)
+		for mi := 0; mi < spec.Count; mi++ {
+			m := member{
+				name:     spec.Name,
+				group:    gi,
+				join:     joins[mi],
+				leave:    spec.Leave,
+				register: spec.JoinMode == joinRegister,
+				honest:   !spec.Adversary,
+				retry:    spec.Retry,
+			}
+			if spec.Count > 1 {
+				m.name = fmt.Sprintf("%s-%d", spec.Name, mi+1)
+			}
+			if spec.JoinRate > 0 && spec.Lifetime > 0 {
+				m.leave = m.join + spec.Lifetime
+			}
+			if m.leave == 0 || m.leave > sc.Cycles+1 {
+				m.leave = sc.Cycles + 1
+			}
+			m.fresh = memberDemand(sc, spec, &m, memberRNG(sc.Seed, gi, mi))
+			if inflate == spec.Name || inflate == m.name {
+				scale(m.fresh, factor)
+			}
+			members = append(members, m)
+		}
+	}
+	return members, groups
+}
+
+// joinCycles gives each member of a group its first cycle: all at Join, or
+// spread as Poisson arrivals of JoinRate per cycle (churn).
+func joinCycles(sc *Scenario, spec *ClientSpec, gi int) []int {
+	out := make([]int, spec.Count)
+	if spec.JoinRate <= 0 {
+		for i := range out {
+			out[i] = spec.Join
+		}
+		return out
+	}
+	rng := memberRNG(sc.Seed, gi, -1)
+	next, cycle := 0, spec.Join
+	for next < len(out) {
+		for n := poisson(rng, spec.JoinRate); n > 0 && next < len(out); n-- {
+			out[next] = cycle
+			next++
+		}
+		cycle++
+	}
+	return out
+}
+
+// memberDemand is a member's new requests per cycle: its list or arrival
+// process, zero outside [join, leave).
+func memberDemand(sc *Scenario, spec *ClientSpec, m *member, rng *rand.Rand) []int64 {
+	var d []int64
+	if spec.Arrival != nil {
+		d = spec.Arrival.counts(sc.Cycles, rng)
+	} else {
+		d = make([]int64, sc.Cycles)
+		copy(d, spec.Demand)
+	}
+	for i := range d {
+		if c := i + 1; c < m.join || c >= m.leave {
+			d[i] = 0
+		}
+	}
+	return d
+}
+
+func memberRNG(seed uint64, group, idx int) *rand.Rand {
+	return clientRNG(seed, (group+1)<<20|(idx+1))
+}
+
+func scale(d []int64, factor float64) {
+	for i := range d {
+		d[i] = int64(math.Round(float64(d[i]) * factor))
+	}
+}
+
+// runner drives the Limiters through one scenario.
+type runner struct {
+	sc      *Scenario
+	cycle   time.Duration
+	lims    []*engine.Limiter
+	clock   *engine.ManualClock
+	members []member
+	byHash  map[uint64]int
+	res     *Result
+
+	q      eventQueue
+	seq    uint64
+	rr     int
+	period int // the grid cycle being simulated, 1-based
+
+	cur       engine.Snapshot // latest cycle any worker has shown us
+	perEngine map[uint64]int64
+	perClient map[clientCycle]int64
+	limitOf   map[clientCycle]int64
+}
+
+type clientCycle struct {
+	cycle  uint64
+	member int
+}
+
+func newRunner(sc *Scenario, policy engine.Policy, inflate string, factor float64) (*runner, error) {
+	cfg := EngineConfig(sc, policy)
+	store := engine.NewMemStore()
+	clock := engine.NewManualClock(epoch)
+	r := &runner{
+		sc:        sc,
+		cycle:     time.Duration(sc.Cycle),
+		clock:     clock,
+		byHash:    map[uint64]int{},
+		perEngine: map[uint64]int64{},
+		perClient: map[clientCycle]int64{},
+		limitOf:   map[clientCycle]int64{},
+	}
+	for w := 0; w < sc.Workers; w++ {
+		l, err := engine.New(cfg, store, engine.WithClock(clock))
+		if err != nil {
+			return nil, fmt.Errorf("engine config: %w", err)
+		}
+		r.lims = append(r.lims, l)
+	}
+	members, groups := expand(sc, inflate, factor)
+	r.members = members
+	for i, m := range members {
+		r.byHash[engine.HashID(m.name)] = i
+	}
+	n, cycles := len(members), sc.Cycles
+	r.res = &Result{
+		Scenario:       sc,
+		Policy:         cfg.Policy.Name(),
+		Groups:         groups,
+		Members:        members,
+		Share:          grid(cycles+1, n),
+		Registered:     make([]int, cycles+1),
+		CycleRollovers: make([]int, cycles+1),
+		Demand:         grid(cycles, n),
+		Fresh:          grid(cycles, n),
+		Admitted:       grid(cycles, n),
+		Rejected:       grid(cycles, n),
+		Reasons:        map[string]int64{},
+	}
+	return r, nil
+}
+
+func grid(rows, cols int) [][]int64 {
+	g := make([][]int64, rows)
+	for i := range g {
+		g[i] = make([]int64, cols)
+	}
+	return g
+}
+
+func (r *runner) start(k int) time.Time { return epoch.Add(time.Duration(k-1) * r.cycle) }
+
+// run simulates every grid cycle, then the boundary after the last one so
+// the table can show the shares the last cycle's demand leads to.
+func (r *runner) run() error {
+	for k := 1; k <= r.sc.Cycles; k++ {
+		r.period = k
+		if err := r.boundary(k); err != nil {
+			return err
+		}
+		r.schedule(k)
+		end := r.start(k + 1)
+		for r.q.Len() > 0 && r.q[0].at.Before(end) {
+			ev := heap.Pop(&r.q).(event)
+			r.advanceTo(ev.at, true)
+			r.handle(ev)
+		}
+	}
+	// Retries still queued would fall after the last cycle: dropped.
+	r.period = r.sc.Cycles + 1
+	if err := r.boundary(r.sc.Cycles + 1); err != nil {
+		return err
+	}
+	r.finish()
+	return nil
+}
+
+// boundary starts grid cycle k: clients joining now by registration are
+// registered first, in the same rollover that ends the previous cycle (a
+// tick first would roll over without them and leave them pending), then
+// every worker ticks, which rolls the cycle over exactly on time.
+func (r *runner) boundary(k int) error {
+	t := r.start(k)
+	r.advanceTo(t, false)
+	var joiners []string
+	for _, m := range r.members {
+		if m.join == k && k <= r.sc.Cycles && (m.register || (k == 1 && *r.sc.Preregister)) {
+			joiners = append(joiners, m.name)
+		}
+	}
+	if len(joiners) > 0 {
+		r.clock.Set(t)
+		if err := r.lims[0].RegisterAt(t, joiners...); err != nil {
+			return fmt.Errorf("cycle %d: register: %w", k, err)
+		}
+	}
+	r.tickAll(t)
+	r.recordShares(k - 1)
+	return nil
+}
+
+// advanceTo ticks every worker at each cycle deadline before t (or at t,
+// when inclusive), so that cycles that started off the grid (early
+// rollovers) still end on time rather than at the next request.
+func (r *runner) advanceTo(t time.Time, inclusive bool) {
+	for r.cur.Cycle > 0 && (r.cur.Deadline.Before(t) || (inclusive && r.cur.Deadline.Equal(t))) {
+		before := r.cur.Cycle
+		r.tickAll(r.cur.Deadline)
+		if r.cur.Cycle == before {
+			return // nothing to roll over (no clients left)
+		}
+	}
+}
+
+func (r *runner) tickAll(t time.Time) {
+	r.clock.Set(t)
+	for w, l := range r.lims {
+		l.TickAt(t)
+		r.observe(w)
+	}
+}
+
+// observe adopts worker w's view of the cycle when it is newer than what we
+// have seen, counting the rollovers in between.
+func (r *runner) observe(w int) {
+	s := r.lims[w].Snapshot()
+	if s.Cycle <= r.cur.Cycle {
+		return
+	}
+	if r.cur.Cycle > 0 {
+		r.res.Rollovers += int(s.Cycle - r.cur.Cycle)
+		r.res.CycleRollovers[r.period-1] += int(s.Cycle - r.cur.Cycle)
+		if s.Early {
+			r.res.EarlyRollovers++
+		}
+	}
+	r.cur = s
+}
+
+func (r *runner) recordShares(row int) {
+	shares := r.res.Share[row]
+	for i := range shares {
+		shares[i] = -1
+	}
+	for h, share := range r.cur.Clients {
+		if i, ok := r.byHash[h]; ok {
+			shares[i] = share
+		}
+	}
+	r.res.Registered[row] = len(r.cur.Clients)
+}
+
+// schedule queues cycle k's new requests. Each member's n requests sit at
+// the middles of n equal slices of the cycle, so clients interleave
+// deterministically and no request lands on a boundary; equal times keep
+// member order.
+func (r *runner) schedule(k int) {
+	t := r.start(k)
+	for i, m := range r.members {
+		n := m.fresh[k-1]
+		for j := int64(0); j < n; j++ {
+			off := time.Duration((float64(j) + 0.5) * float64(r.cycle) / float64(n))
+			r.push(event{at: t.Add(off), member: i, kind: evRequest})
+		}
+	}
+	if tick := time.Duration(r.sc.Tick); tick > 0 {
+		for off := tick; off < r.cycle; off += tick {
+			r.push(event{at: t.Add(off), kind: evTick})
+		}
+	}
+}
+
+func (r *runner) push(ev event) {
+	ev.seq = r.seq
+	r.seq++
+	heap.Push(&r.q, ev)
+}
+
+func (r *runner) handle(ev event) {
+	if ev.kind == evTick {
+		r.tickAll(ev.at)
+		return
+	}
+	k := r.period - 1
+	w := r.worker(ev.member)
+	r.clock.Set(ev.at)
+	d := r.lims[w].AdmitAt(ev.at, r.members[ev.member].name)
+	if d.Cycle > r.cur.Cycle {
+		r.observe(w)
+	}
+	r.res.Demand[k][ev.member]++
+	if ev.tries == 0 {
+		r.res.Fresh[k][ev.member]++
+	}
+	r.res.Reasons[d.Reason.String()]++
+	if d.Allowed {
+		r.res.Admitted[k][ev.member]++
+		r.count(d, ev.member)
+		return
+	}
+	r.res.Rejected[k][ev.member]++
+	r.retry(ev, d)
+}
+
+// count books an admitted request against the engine cycle it was decided
+// in, which is what the capacity and share bounds are about (the grid
+// cycle may span two engine cycles after an early rollover).
+func (r *runner) count(d engine.Decision, member int) {
+	r.perEngine[d.Cycle]++
+	if d.Reason == engine.ReasonOK {
+		key := clientCycle{d.Cycle, member}
+		r.perClient[key]++
+		r.limitOf[key] = d.Limit
+	}
+}
+
+func (r *runner) retry(ev event, d engine.Decision) {
+	m := &r.members[ev.member]
+	if ev.tries >= m.retry.Max {
+		return
+	}
+	delay := time.Duration(m.retry.Delay)
+	if m.retry.HonorRetryAfter && d.RetryAfter > delay {
+		delay = d.RetryAfter
+	}
+	r.push(event{at: ev.at.Add(delay), member: ev.member, kind: evRequest, tries: ev.tries + 1})
+}
+
+// worker picks the Limiter (Envoy worker) that sees a request.
+func (r *runner) worker(member int) int {
+	if r.sc.Spread == spreadByClient {
+		return member % len(r.lims)
+	}
+	w := r.rr % len(r.lims)
+	r.rr++
+	return w
+}
+
+func (r *runner) finish() {
+	for _, n := range r.perEngine {
+		if n > r.sc.Capacity {
+			r.res.CapViolations++
+		}
+	}
+	for key, n := range r.perClient {
+		if n > r.limitOf[key] {
+			r.res.ShareViolations++
+		}
+	}
+}
+
+// GroupName is the display name of member i's client spec.
+func (res *Result) GroupName(i int) string { return res.Groups[res.Members[i].group] }
+
+// Label describes the run in one line.
+func (res *Result) Label() string {
+	return strings.Join([]string{res.Scenario.Name, res.Policy}, "/")
+}
+
+const (
+	evRequest = iota
+	evTick
+)
+
+type event struct {
+	at     time.Time
+	seq    uint64
+	kind   int
+	member int
+	tries  int
+}
+
+// eventQueue is a min-heap by time, then by insertion order, which makes
+// the order of simultaneous events deterministic.
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	ev := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return ev
+}
