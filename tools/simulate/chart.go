@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -45,41 +47,77 @@ func WriteCharts(dir string, res *Result) ([]string, error) {
 }
 
 // sharesChart draws each client's (or group's) share as a solid line and
-// its demand (attempts) as a dashed line of the same colour. The gap
-// between them cycle by cycle is the lag of the policy.
+// its demand (attempts) as a dashed line of the same colour, as steps: both
+// hold for a whole cycle. The horizontal gap between the two is the
+// policy's lag.
 func sharesChart(res *Result) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s (%s): share and demand per cycle", res.Scenario.Name, res.Policy)
+	p.Title.Text = fmt.Sprintf("%s (%s): share (solid) and demand (dashed) per cycle", res.Scenario.Name, res.Policy)
 	p.X.Label.Text = "cycle"
+	p.X.Tick.Marker = cycleTicks(len(res.Demand))
 	p.Y.Label.Text = "requests per cycle"
 	p.Legend.Top = true
 	cycles := len(res.Demand)
 	shares := make([]plotter.XYs, len(res.Groups))
 	demands := make([]plotter.XYs, len(res.Groups))
-	for k := 0; k < cycles; k++ {
-		for g, row := range res.groupRows(k) {
-			shares[g] = append(shares[g], plotter.XY{X: float64(k + 1), Y: float64(max(row.share, 0))})
-			demands[g] = append(demands[g], plotter.XY{X: float64(k + 1), Y: float64(row.demand)})
+	var top float64
+	// One point per cycle, and one more at the end so the last cycle's
+	// step has its width.
+	for k := 0; k <= cycles; k++ {
+		row := min(k, cycles-1)
+		for g, r := range res.groupRows(row) {
+			shares[g] = append(shares[g], plotter.XY{X: float64(k + 1), Y: float64(max(r.share, 0))})
+			demands[g] = append(demands[g], plotter.XY{X: float64(k + 1), Y: float64(r.demand)})
+			top = math.Max(top, float64(max(r.share, r.demand)))
 		}
 	}
 	for g, name := range res.Groups {
-		share, err := plotter.NewLine(shares[g])
+		share, err := stepLine(shares[g], g, nil)
 		if err != nil {
 			return nil, err
 		}
-		share.Color = plotutil.Color(g)
-		share.Width = vg.Points(2)
-		demand, err := plotter.NewLine(demands[g])
+		demand, err := stepLine(demands[g], g, []vg.Length{vg.Points(4), vg.Points(3)})
 		if err != nil {
 			return nil, err
 		}
-		demand.Color = plotutil.Color(g)
-		demand.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(share, demand)
-		p.Legend.Add(name+" share", share)
-		p.Legend.Add(name+" demand", demand)
+		p.Legend.Add(name, share)
 	}
+	fitY(p, top)
 	return p, nil
+}
+
+func stepLine(xys plotter.XYs, colour int, dashes []vg.Length) (*plotter.Line, error) {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	l.StepStyle = plotter.PostStep
+	l.Color = plotutil.Color(colour)
+	l.Width = vg.Points(2)
+	l.Dashes = dashes
+	return l, nil
+}
+
+// cycleTicks labels whole cycles only, at most about a dozen of them.
+func cycleTicks(cycles int) plot.Ticker {
+	return plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		step := max(1, (cycles+11)/12)
+		var ticks []plot.Tick
+		for c := 1; float64(c) <= hi; c += step {
+			if float64(c) >= lo {
+				ticks = append(ticks, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
+			}
+		}
+		return ticks
+	})
+}
+
+// fitY starts the Y axis at 0 and leaves headroom above the data for the
+// legend, which sits in the top right corner.
+func fitY(p *plot.Plot, top float64) {
+	p.Y.Min = 0
+	p.Y.Max = math.Max(1, top*1.35)
 }
 
 // admittedChart stacks admitted and rejected attempts per cycle, with the
@@ -89,6 +127,7 @@ func admittedChart(res *Result) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s (%s): admitted and rejected per cycle", res.Scenario.Name, res.Policy)
 	p.X.Label.Text = "cycle"
+	p.X.Tick.Marker = cycleTicks(len(res.Demand))
 	p.Y.Label.Text = "attempts per cycle"
 	p.Legend.Top = true
 	cycles := len(res.Demand)
@@ -121,6 +160,11 @@ func admittedChart(res *Result) (*plot.Plot, error) {
 	c.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 	c.Width = vg.Points(1.5)
 	p.Add(a, r, c)
+	var top float64
+	for k := range admitted {
+		top = math.Max(top, math.Max(admitted[k]+rejected[k], float64(res.Scenario.Capacity)))
+	}
+	fitY(p, top)
 	p.Legend.Add("admitted", a)
 	p.Legend.Add("rejected", r)
 	p.Legend.Add("capacity", c)

@@ -17,8 +17,11 @@ type Metrics struct {
 	InflationGain   float64
 	Stranded        float64
 	Convergence     int
-	// StepCycle is the cycle Convergence counts from (0: no step).
-	StepCycle int
+	// StepCycle is the cycle Convergence counts from (0: no step), and
+	// StepDistance the L1 distance from max-min (over the target's total)
+	// in the last cycle judged: how far off allocations settle.
+	StepCycle    int
+	StepDistance float64
 	// Amplification is attempts per new request: what retries add.
 	Amplification float64
 	Rollovers     int
@@ -49,7 +52,9 @@ func Compute(res, inflated *Result) Metrics {
 		m.InflationGain = inflationGain(res, inflated, res.Scenario.Metrics.Inflate)
 	}
 	if m.StepCycle > 0 {
-		m.Convergence = convergence(res, m.StepCycle, stepWindowEnd(res.Scenario, m.StepCycle))
+		end := stepWindowEnd(res.Scenario, m.StepCycle)
+		m.Convergence = convergence(res, m.StepCycle, end)
+		m.StepDistance = maxMinDistance(res, min(end, len(res.Demand)+1)-1)
 	}
 	return m
 }
@@ -195,15 +200,8 @@ func inflationGain(honest, inflated *Result, name string) float64 {
 func convergence(res *Result, step, windowEnd int) int {
 	settled := -1
 	for k := step; k < windowEnd && k <= len(res.Demand); k++ {
-		row := k - 1
-		target := honestTarget(res, row)
-		var dist, total float64
-		for i, m := range target {
-			dist += math.Abs(float64(res.Admitted[row][i]) - m)
-			total += m
-		}
-		switch {
-		case total == 0 || dist <= convergenceTolerance*total:
+		switch d := maxMinDistance(res, k); {
+		case math.IsNaN(d) || d <= convergenceTolerance:
 			if settled < 0 {
 				settled = k
 			}
@@ -215,6 +213,21 @@ func convergence(res *Result, step, windowEnd int) int {
 		return -1
 	}
 	return settled - step
+}
+
+// maxMinDistance is Σ|admitted − target| / Σ target in grid cycle k
+// (1-based), over honest clients; NaN when nobody wanted anything.
+func maxMinDistance(res *Result, k int) float64 {
+	row := k - 1
+	target := honestTarget(res, row)
+	var dist, total float64
+	for i, m := range target {
+		if res.Members[i].honest {
+			dist += math.Abs(float64(res.Admitted[row][i]) - m)
+			total += m
+		}
+	}
+	return ratio(dist, total)
 }
 
 // stepCycle is the scenario's demand step: explicit, or the first step or

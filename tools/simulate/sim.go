@@ -24,6 +24,7 @@ type member struct {
 	leave    int // first cycle it no longer sends in
 	register bool
 	honest   bool
+	phase    float64 // where in each request interval it sends, in (0, 1)
 	retry    Retry
 	fresh    []int64 // new requests per cycle, index 0 = cycle 1
 }
@@ -127,6 +128,7 @@ func expand(sc *Scenario, inflate string, factor float64) ([]member, []string) {
 				leave:    spec.Leave,
 				register: spec.JoinMode == joinRegister,
 				honest:   !spec.Adversary,
+				phase:    (float64(mi) + 0.5) / float64(spec.Count),
 				retry:    spec.Retry,
 			}
 			if spec.Count > 1 {
@@ -377,16 +379,18 @@ func (r *runner) recordShares(row int) {
 	r.res.Registered[row] = len(r.cur.Clients)
 }
 
-// schedule queues cycle k's new requests. Each member's n requests sit at
-// the middles of n equal slices of the cycle, so clients interleave
-// deterministically and no request lands on a boundary; equal times keep
-// member order.
+// schedule queues cycle k's new requests. A member's n requests sit at
+// equal intervals of cycle/n, so clients interleave deterministically and
+// none lands on a boundary; equal times keep member order. Single clients
+// start half an interval in; the members of a group are staggered across
+// the interval, so that (say) a thousand ids sending one request each
+// arrive one after another rather than all at once.
 func (r *runner) schedule(k int) {
 	t := r.start(k)
 	for i, m := range r.members {
 		n := m.fresh[k-1]
 		for j := int64(0); j < n; j++ {
-			off := time.Duration((float64(j) + 0.5) * float64(r.cycle) / float64(n))
+			off := time.Duration((float64(j) + m.phase) * float64(r.cycle) / float64(n))
 			r.push(event{at: t.Add(off), member: i, kind: evRequest})
 		}
 	}

@@ -158,7 +158,7 @@ func convergenceCell(m Metrics) string {
 	case m.StepCycle == 0:
 		return "n/a"
 	case m.Convergence < 0:
-		return "never"
+		return "never (" + pct(m.StepDistance) + " off)"
 	}
 	return strconv.Itoa(m.Convergence)
 }
