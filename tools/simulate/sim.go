@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
@@ -478,14 +477,6 @@ func (r *runner) finish() {
 			r.res.ShareViolations++
 		}
 	}
-}
-
-// GroupName is the display name of member i's client spec.
-func (res *Result) GroupName(i int) string { return res.Groups[res.Members[i].group] }
-
-// Label describes the run in one line.
-func (res *Result) Label() string {
-	return strings.Join([]string{res.Scenario.Name, res.Policy}, "/")
 }
 
 const (
