@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+// phase is a stretch of the borrowing test with fixed request rates.
+type phase struct {
+	d     time.Duration
+	rates []float64 // requests per second, per client
+}
+
+// pace has each client send at its rate, on two connections (so two
+// workers may share the client), phase after phase.
+func pace(tg *target, ids []string, phases []phase) []result {
+	var (
+		mu  sync.Mutex
+		out []result
+		wg  sync.WaitGroup
+	)
+	const conns = 2
+	start := time.Now()
+	for i, id := range ids {
+		for k := 0; k < conns; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := newClient()
+				phaseStart := start
+				for _, p := range phases {
+					interval := time.Duration(float64(conns) * float64(time.Second) / p.rates[i])
+					next := phaseStart.Add(time.Duration(k) * interval / conns)
+					end := phaseStart.Add(p.d)
+					for ; next.Before(end); next = next.Add(interval) {
+						time.Sleep(time.Until(next))
+						r := tg.get(c, id)
+						mu.Lock()
+						out = append(out, r)
+						mu.Unlock()
+					}
+					phaseStart = end
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return out
+}
+
+// cycleObs is what the clients saw of one cycle.
+type cycleObs struct {
+	demand            []int64 // attempts per client, rejected ones included
+	share             []int64 // announced share per client (-1 unseen)
+	minSend, maxSend  time.Time
+	minRecv           time.Time
+	lateRecv          [][]time.Time // per client, receive times (for straddlers)
+	inconsistentShare bool
+}
+
+// TestBorrowingFollowsAllocate checks that the shares Envoy hands out from
+// one short cycle to the next are what engine.Allocate computes from the
+// demand the clients actually sent.
+//
+// Demand is counted per cycle by the x-borrowcycle-cycle header of every
+// response (admitted or not), which names the cycle the plugin counted the
+// request in. Two things make the plugin's view differ from that count, and
+// the test tolerates exactly those:
+//
+//   - Requests that straddle the boundary. A request counted in cycle c by
+//     one worker while another worker is rolling over to c+1 may be missed
+//     by that rollover (their writes touch different shared-data keys). Such
+//     a request was still in flight when the rollover happened, so it was
+//     received after the first request of c+1 was sent (or, if a timer did
+//     the rollover, after the earliest moment c's deadline can have passed).
+//     The prediction lets each client's demand drop by up to its number of
+//     such requests, and by nothing else. The clients stay under 32 requests
+//     per worker and cycle, below which the engine writes every attempt to
+//     shared data at once, so no other attempt can be missing.
+//   - When the boundary happened. The engine scales a cycle's demand by
+//     cycle/elapsed (elapsed >= cycle for a deadline rollover, which happens
+//     at the first request after the deadline). Elapsed is bounded by the
+//     requests around both boundaries: from the last send labelled c-1 to the
+//     first receive labelled c+1. The prediction ranges over that interval.
+//
+// A transition with no straddlers and a scale that does not change the
+// result has exactly one prediction, engine.Allocate of the raw counts.
+func TestBorrowingFollowsAllocate(t *testing.T) {
+	for _, workers := range []int{2, 4} {
+		t.Run(fmt.Sprintf("concurrency=%d", workers), func(t *testing.T) {
+			testBorrowing(t, workers)
+		})
+	}
+}
+
+func testBorrowing(t *testing.T, workers int) {
+	const (
+		capacity    = 40
+		reservation = 0.1
+		cycle       = time.Second
+	)
+	tg := configuredTarget(t, map[string]any{
+		"capacity":      capacity,
+		"cycle":         cycle.String(),
+		"reservation":   reservation,
+		"debug_headers": true,
+	}, startOpts{concurrency: workers})
+
+	// Registered in this order, which is the order engine.Allocate gets.
+	ids := []string{"light", "medium", "heavy"}
+	tg.registerAll(t, ids)
+	// Rates stay below 30 requests per client and cycle (see above). The
+	// second phase swaps who lends and who borrows.
+	rs := pace(tg, ids, []phase{
+		{d: 5 * time.Second, rates: []float64{4, 20, 30}},
+		{d: 5 * time.Second, rates: []float64{30, 4, 20}},
+	})
+	obs := observeCycles(t, tg, ids, rs)
+	if t.Failed() {
+		return
+	}
+	cycles := slices.Sorted(maps.Keys(obs))
+	first := cycles[0]
+	var checked, exact, borrowed int
+	def := (capacity + int64(len(ids)) - 1) / int64(len(ids))
+	for _, cyc := range cycles {
+		prev, cur, next := obs[cyc-1], obs[cyc], obs[cyc+1]
+		// The first cycle of the load may have begun before it; its
+		// predecessor's demand is partly registration traffic.
+		if cyc <= first || prev == nil || cur == nil || next == nil {
+			continue
+		}
+		checked++
+		preds := predictShares(capacity, reservation, cycle, prev, cur, next)
+		got := next.share
+		pred := engine.Allocate(capacity, reservation, cur.demand)
+		if !containsShares(preds, got) {
+			t.Errorf("cycle %d -> %d: demand %v gave shares %v; engine.Allocate predicts %v (accepted with boundary tolerance: %v)",
+				cyc, cyc+1, cur.demand, got, pred, preds)
+			continue
+		}
+		if len(preds) == 1 {
+			exact++
+		}
+		if slices.Max(got) > def {
+			borrowed++
+		}
+		t.Logf("cycle %d -> %d: demand %v -> shares %v (Allocate %v, %d candidates)", cyc, cyc+1, cur.demand, got, pred, len(preds))
+	}
+	if checked < 4 {
+		t.Errorf("only %d cycle transitions could be checked (cycles seen %v)", checked, cycles)
+	}
+	if exact == 0 {
+		t.Errorf("no transition was checked without tolerance")
+	}
+	if borrowed == 0 {
+		t.Errorf("no client ever got more than the default share %d: nothing was borrowed", def)
+	}
+}
+
+// observeCycles groups the responses by cycle.
+func observeCycles(t *testing.T, tg *target, ids []string, rs []result) map[uint64]*cycleObs {
+	t.Helper()
+	index := map[string]int{}
+	for i, id := range ids {
+		index[id] = i
+	}
+	obs := map[uint64]*cycleObs{}
+	for _, r := range rs {
+		if r.err != nil {
+			t.Fatalf("request failed: %v", r)
+		}
+		if r.status != 200 && r.reason() != "over_limit" {
+			t.Fatalf("unexpected response for a registered client: %v", r)
+		}
+		cyc, err := strconv.ParseUint(cycleOf(t, r), 10, 64)
+		if err != nil {
+			t.Fatalf("x-borrowcycle-cycle %q is not a number: the test orders cycles by it", cycleOf(t, r))
+		}
+		o := obs[cyc]
+		if o == nil {
+			o = &cycleObs{
+				demand:   make([]int64, len(ids)),
+				share:    slices.Repeat([]int64{-1}, len(ids)),
+				lateRecv: make([][]time.Time, len(ids)),
+				minSend:  r.sent, maxSend: r.sent, minRecv: r.recv,
+			}
+			obs[cyc] = o
+		}
+		i := index[r.client]
+		o.demand[i]++
+		o.lateRecv[i] = append(o.lateRecv[i], r.recv)
+		share := intHeader(t, r, "x-ratelimit-limit")
+		if o.share[i] >= 0 && o.share[i] != share {
+			t.Errorf("cycle %d client %s: shares %d and %d announced", cyc, r.client, o.share[i], share)
+		}
+		o.share[i] = share
+		if r.sent.Before(o.minSend) {
+			o.minSend = r.sent
+		}
+		if r.sent.After(o.maxSend) {
+			o.maxSend = r.sent
+		}
+		if r.recv.Before(o.minRecv) {
+			o.minRecv = r.recv
+		}
+	}
+	return obs
+}
+
+// predictShares returns every share vector the seed policy can give for
+// cycle cur's demand, within the tolerances explained on the test.
+func predictShares(capacity int64, reservation float64, cycle time.Duration, prev, cur, next *cycleObs) [][]int64 {
+	// The rollover to next happened after the first send labelled next (the
+	// request that triggered it) or at the latest after cur's deadline,
+	// which is at least one cycle after the last send labelled prev.
+	earliest := next.minSend
+	if alt := prev.maxSend.Add(cycle); alt.Before(earliest) {
+		earliest = alt
+	}
+	straddlers := make([]int64, len(cur.demand))
+	for i, recvs := range cur.lateRecv {
+		for _, r := range recvs {
+			if r.After(earliest) {
+				straddlers[i]++
+			}
+		}
+	}
+	maxElapsed := next.minRecv.Sub(prev.maxSend)
+	if maxElapsed < cycle {
+		maxElapsed = cycle
+	}
+	const steps = 200
+	var out [][]int64
+	seed := engine.Seed{Reservation: reservation}
+	demand := make([]float64, len(cur.demand))
+	forEachDrop(straddlers, func(drop []int64) {
+		for s := 0; s <= steps; s++ {
+			elapsed := cycle + time.Duration(float64(maxElapsed-cycle)*float64(s)/steps)
+			scale := float64(cycle) / float64(elapsed)
+			for i, d := range cur.demand {
+				demand[i] = float64(d-drop[i]) * scale
+			}
+			shares := seed.Allocate(nil, capacity, demand)
+			if !containsShares(out, shares) {
+				out = append(out, shares)
+			}
+		}
+	})
+	return out
+}
+
+// forEachDrop calls f with every vector 0 <= drop[i] <= max[i].
+func forEachDrop(max []int64, f func([]int64)) {
+	drop := make([]int64, len(max))
+	for {
+		f(drop)
+		i := 0
+		for ; i < len(drop); i++ {
+			if drop[i] < max[i] {
+				drop[i]++
+				break
+			}
+			drop[i] = 0
+		}
+		if i == len(drop) {
+			return
+		}
+	}
+}
+
+func containsShares(set [][]int64, v []int64) bool {
+	return slices.ContainsFunc(set, func(s []int64) bool { return slices.Equal(s, v) })
+}

@@ -1,0 +1,310 @@
+// Package envoyrun renders envoy/envoy.yaml for a test or benchmark run and
+// runs a real Envoy process on it. It is shared by the end-to-end tests and
+// tools/loadcompare, so both exercise the very file users deploy.
+package envoyrun
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Names in envoy/envoy.yaml that the rewriters look for.
+const (
+	IngressListener  = "ingress"
+	UpstreamListener = "demo_upstream"
+	UpstreamCluster  = "demo_upstream"
+	WasmFilterName   = "envoy.filters.http.wasm"
+)
+
+// Bootstrap is a parsed Envoy bootstrap that can be edited and written back.
+// It is kept as generic maps: the edits touch a handful of fields, and typed
+// structs would have to mirror Envoy's whole schema.
+type Bootstrap struct {
+	root map[string]any
+}
+
+// LoadBootstrap parses the bootstrap at path.
+func LoadBootstrap(path string) (*Bootstrap, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBootstrap(raw)
+}
+
+// ParseBootstrap parses a bootstrap from YAML.
+func ParseBootstrap(raw []byte) (*Bootstrap, error) {
+	var root map[string]any
+	if err := yaml.Unmarshal(raw, &root); err != nil {
+		return nil, fmt.Errorf("parse bootstrap: %w", err)
+	}
+	if root == nil {
+		return nil, errors.New("parse bootstrap: empty document")
+	}
+	return &Bootstrap{root: root}, nil
+}
+
+// DefaultBootstrap loads envoy/envoy.yaml from the repository.
+func DefaultBootstrap() (*Bootstrap, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	return LoadBootstrap(filepath.Join(root, "envoy", "envoy.yaml"))
+}
+
+// Bytes renders the bootstrap as YAML.
+func (b *Bootstrap) Bytes() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(b.root); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), enc.Close()
+}
+
+// Ports are the three TCP ports of the demo bootstrap.
+type Ports struct {
+	Ingress, Admin, Upstream int
+}
+
+// SetPorts moves every socket to 127.0.0.1 and the given ports: tests and
+// benchmarks run several Envoys side by side and must stay on loopback.
+func (b *Bootstrap) SetPorts(p Ports) error {
+	admin, err := path(b.root, "admin", "address", "socket_address")
+	if err != nil {
+		return err
+	}
+	setSocket(admin, p.Admin)
+	for name, port := range map[string]int{IngressListener: p.Ingress, UpstreamListener: p.Upstream} {
+		l, err := b.listener(name)
+		if err != nil {
+			return err
+		}
+		sa, err := path(l, "address", "socket_address")
+		if err != nil {
+			return err
+		}
+		setSocket(sa, port)
+	}
+	c, err := named(b.root, UpstreamCluster, "static_resources", "clusters")
+	if err != nil {
+		return err
+	}
+	sa, err := path(c, "load_assignment", "endpoints", 0, "lb_endpoints", 0, "endpoint", "address", "socket_address")
+	if err != nil {
+		return err
+	}
+	setSocket(sa, p.Upstream)
+	return nil
+}
+
+func setSocket(sa any, port int) {
+	m := sa.(map[string]any)
+	m["address"] = "127.0.0.1"
+	m["port_value"] = port
+}
+
+// SetWasmFile points the filter at a module on disk.
+func (b *Bootstrap) SetWasmFile(file string) error {
+	cfg, err := b.wasmPluginConfig()
+	if err != nil {
+		return err
+	}
+	code, err := path(cfg, "vm_config", "code")
+	if err != nil {
+		return err
+	}
+	code.(map[string]any)["local"] = map[string]any{"filename": file}
+	return nil
+}
+
+// PluginConfig returns the plugin configuration string of the Wasm filter.
+func (b *Bootstrap) PluginConfig() (string, error) {
+	cfg, err := b.wasmPluginConfig()
+	if err != nil {
+		return "", err
+	}
+	v, err := leaf(cfg, "configuration", "value")
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("wasm configuration value is %T, want a string", v)
+	}
+	return s, nil
+}
+
+// SetPluginConfig replaces the plugin configuration string (JSON, see
+// docs/contract.md) of the Wasm filter.
+func (b *Bootstrap) SetPluginConfig(config string) error {
+	cfg, err := b.wasmPluginConfig()
+	if err != nil {
+		return err
+	}
+	cfg["configuration"] = map[string]any{
+		"@type": "type.googleapis.com/google.protobuf.StringValue",
+		"value": config,
+	}
+	return nil
+}
+
+// ReplaceWasmFilter swaps the Wasm filter for another HTTP filter (its
+// name/typed_config map), or removes it when filter is nil. The load
+// comparison uses it to build its baselines from the same file.
+func (b *Bootstrap) ReplaceWasmFilter(filter map[string]any) error {
+	hcm, err := b.ingressHCM()
+	if err != nil {
+		return err
+	}
+	filters, ok := hcm["http_filters"].([]any)
+	if !ok {
+		return errors.New("ingress has no http_filters list")
+	}
+	for i, f := range filters {
+		if m, ok := f.(map[string]any); ok && m["name"] == WasmFilterName {
+			if filter == nil {
+				hcm["http_filters"] = append(filters[:i:i], filters[i+1:]...)
+			} else {
+				filters[i] = filter
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("ingress has no %s filter", WasmFilterName)
+}
+
+// WasmFilter returns the ingress Wasm filter entry (name and typed_config).
+func (b *Bootstrap) WasmFilter() (map[string]any, error) {
+	hcm, err := b.ingressHCM()
+	if err != nil {
+		return nil, err
+	}
+	return named(hcm, WasmFilterName, "http_filters")
+}
+
+// SetMaxRequestHeadersKB raises the ingress limit on request header size.
+// Envoy's default (60 KiB) answers larger headers with 431 before any filter
+// runs; tests that want the plugin itself to see a huge header raise it.
+func (b *Bootstrap) SetMaxRequestHeadersKB(kb int) error {
+	hcm, err := b.ingressHCM()
+	if err != nil {
+		return err
+	}
+	hcm["max_request_headers_kb"] = kb
+	return nil
+}
+
+func (b *Bootstrap) listener(name string) (map[string]any, error) {
+	return named(b.root, name, "static_resources", "listeners")
+}
+
+func (b *Bootstrap) ingressHCM() (map[string]any, error) {
+	l, err := b.listener(IngressListener)
+	if err != nil {
+		return nil, err
+	}
+	v, err := path(l, "filter_chains", 0, "filters", 0, "typed_config")
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[string]any), nil
+}
+
+// wasmPluginConfig returns the PluginConfig (typed_config.config) of the
+// ingress Wasm filter.
+func (b *Bootstrap) wasmPluginConfig() (map[string]any, error) {
+	f, err := b.WasmFilter()
+	if err != nil {
+		return nil, err
+	}
+	v, err := path(f, "typed_config", "config")
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[string]any), nil
+}
+
+// path walks maps by string keys and lists by int indexes to a map (the
+// callers edit one).
+func path(node any, steps ...any) (any, error) {
+	cur, err := leaf(node, steps...)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := cur.(map[string]any); !ok {
+		return nil, fmt.Errorf("%v: %T, want a map", steps, cur)
+	}
+	return cur, nil
+}
+
+// leaf walks maps by string keys and lists by int indexes.
+func leaf(node any, steps ...any) (any, error) {
+	cur := node
+	for i, s := range steps {
+		switch k := s.(type) {
+		case string:
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("%v: not a map at %q", steps[:i], k)
+			}
+			if cur, ok = m[k]; !ok {
+				return nil, fmt.Errorf("%v: no key %q", steps[:i], k)
+			}
+		case int:
+			l, ok := cur.([]any)
+			if !ok || k >= len(l) {
+				return nil, fmt.Errorf("%v: no list element %d", steps[:i], k)
+			}
+			cur = l[k]
+		}
+	}
+	return cur, nil
+}
+
+// named finds the element called name in the list at steps.
+func named(node any, name string, steps ...any) (map[string]any, error) {
+	parent, err := path(node, steps[:len(steps)-1]...)
+	if err != nil {
+		return nil, err
+	}
+	last := steps[len(steps)-1].(string)
+	list, ok := parent.(map[string]any)[last].([]any)
+	if !ok {
+		return nil, fmt.Errorf("%v is not a list", steps)
+	}
+	for _, e := range list {
+		if m, ok := e.(map[string]any); ok && m["name"] == name {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("%v has no element named %q", steps, name)
+}
+
+// RepoRoot finds the repository root: the nearest directory upwards from
+// the working directory whose go.mod declares this module. Tests run in
+// their package directory and tools from the root, so both find it.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		raw, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(raw, []byte("module github.com/borrowcycle/borrowcycle\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repository root (go.mod of github.com/borrowcycle/borrowcycle) not found above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,342 @@
+// Package e2e drives a real Envoy running the compiled plugin over HTTP.
+//
+// Environment:
+//
+//	BORROWCYCLE_ENVOY          Envoy binary (make test-e2e sets build/envoy)
+//	BORROWCYCLE_WASM           the plugin module (make test-e2e sets build/borrowcycle.wasm)
+//	BORROWCYCLE_REQUIRE_ENVOY  1: a missing Envoy fails the suite instead of skipping it (CI)
+//	BORROWCYCLE_E2E_TARGET     "compose": test a running `docker compose up` stack instead
+//	                           of starting Envoys; only the tests that need nothing but the
+//	                           shipped envoy/envoy.yaml run, the others skip and say why
+//	BORROWCYCLE_E2E_URL        compose target's listener (default http://127.0.0.1:10000)
+//	BORROWCYCLE_E2E_ADMIN_URL  compose target's admin (default http://127.0.0.1:9901)
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+)
+
+// setup is what TestMain found in the environment.
+var setup struct {
+	compose    bool
+	url, admin string // compose target
+	envoy      string
+	wasm       string
+	skipReason string // why no local Envoy can run; empty when one can
+	require    bool
+}
+
+func TestMain(m *testing.M) {
+	resolveSetup()
+	if setup.skipReason != "" && !setup.compose {
+		verb := "SKIP"
+		if setup.require {
+			verb = "FAIL (BORROWCYCLE_REQUIRE_ENVOY=1)"
+		}
+		bar := strings.Repeat("!", 78)
+		fmt.Fprintf(os.Stderr, "%s\n!! e2e %s: %s\n!! Run `make test-e2e` (it fetches Envoy) or set BORROWCYCLE_ENVOY.\n%s\n",
+			bar, verb, setup.skipReason, bar)
+	}
+	os.Exit(m.Run())
+}
+
+func resolveSetup() {
+	setup.require = os.Getenv("BORROWCYCLE_REQUIRE_ENVOY") == "1"
+	setup.compose = os.Getenv("BORROWCYCLE_E2E_TARGET") == "compose"
+	setup.url = envOr("BORROWCYCLE_E2E_URL", "http://127.0.0.1:10000")
+	setup.admin = envOr("BORROWCYCLE_E2E_ADMIN_URL", "http://127.0.0.1:9901")
+	setup.wasm = os.Getenv("BORROWCYCLE_WASM")
+	setup.envoy = os.Getenv("BORROWCYCLE_ENVOY")
+	switch {
+	case setup.envoy == "":
+		setup.skipReason = "BORROWCYCLE_ENVOY is not set, so there is no Envoy to test against"
+	default:
+		st, err := os.Stat(setup.envoy)
+		switch {
+		case err != nil:
+			setup.skipReason = fmt.Sprintf("BORROWCYCLE_ENVOY=%s: %v", setup.envoy, err)
+		case st.IsDir() || st.Mode()&0o111 == 0:
+			setup.skipReason = fmt.Sprintf("BORROWCYCLE_ENVOY=%s is not an executable file", setup.envoy)
+		}
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// needLocalEnvoy skips (or, under BORROWCYCLE_REQUIRE_ENVOY=1, fails) a test
+// when no Envoy binary is available, and fails it when the module is
+// missing: a missing build is a mistake, not an environment limitation.
+func needLocalEnvoy(t *testing.T) {
+	t.Helper()
+	if setup.skipReason != "" {
+		if setup.require {
+			t.Fatalf("Envoy unavailable and BORROWCYCLE_REQUIRE_ENVOY=1: %s", setup.skipReason)
+		}
+		t.Skipf("SKIP (no Envoy): %s", setup.skipReason)
+	}
+	if setup.wasm == "" {
+		t.Fatal("BORROWCYCLE_WASM is not set: run make build, then make test-e2e")
+	}
+	if _, err := os.Stat(setup.wasm); err != nil {
+		t.Fatalf("plugin module %s: %v: run make build", setup.wasm, err)
+	}
+}
+
+// target is an Envoy under test: one this test started, or the compose stack.
+type target struct {
+	url, admin string
+	settings   settings
+	envoy      *envoyrun.Envoy // nil for the compose stack
+}
+
+// startOpts tunes the bootstrap of a locally started Envoy.
+type startOpts struct {
+	concurrency int
+	// edit changes the rendered bootstrap (e.g. the header size limit).
+	edit func(*envoyrun.Bootstrap) error
+}
+
+// shippedTarget returns an Envoy running envoy/envoy.yaml exactly as shipped
+// (plugin configuration included): the compose stack, or a local Envoy.
+func shippedTarget(t *testing.T, o startOpts) *target {
+	t.Helper()
+	b, err := envoyrun.DefaultBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := b.PluginConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseSettings(raw)
+	if err != nil {
+		t.Fatalf("plugin configuration in envoy/envoy.yaml: %v", err)
+	}
+	if setup.compose {
+		if o.edit != nil {
+			t.Skip("compose target: this test needs its own bootstrap, which a running stack cannot take")
+		}
+		return &target{url: setup.url, admin: setup.admin, settings: s}
+	}
+	return startLocal(t, b, s, o)
+}
+
+// configuredTarget starts a local Envoy whose plugin runs cfg (a JSON object
+// per docs/contract.md). Under the compose target it skips: the stack runs
+// the shipped configuration only.
+func configuredTarget(t *testing.T, cfg map[string]any, o startOpts) *target {
+	t.Helper()
+	if setup.compose {
+		t.Skip("compose target: this test needs its own plugin configuration, which a running stack cannot take")
+	}
+	raw := mustJSON(t, cfg)
+	s, err := parseSettings(raw)
+	if err != nil {
+		t.Fatalf("test configuration %s: %v", raw, err)
+	}
+	b, err := envoyrun.DefaultBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPluginConfig(raw); err != nil {
+		t.Fatal(err)
+	}
+	return startLocal(t, b, s, o)
+}
+
+func startLocal(t *testing.T, b *envoyrun.Bootstrap, s settings, o startOpts) *target {
+	t.Helper()
+	needLocalEnvoy(t)
+	if err := b.SetWasmFile(setup.wasm); err != nil {
+		t.Fatal(err)
+	}
+	if o.edit != nil {
+		if err := o.edit(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.concurrency == 0 {
+		o.concurrency = 2
+	}
+	e, err := envoyrun.Start(context.Background(), envoyrun.Options{
+		Envoy:       setup.envoy,
+		Bootstrap:   b,
+		Concurrency: o.concurrency,
+		Dir:         logDir(t),
+		Name:        "envoy",
+	})
+	if err != nil {
+		t.Fatalf("start envoy: %v", err)
+	}
+	tg := &target{url: e.URL, admin: e.AdminURL, settings: s, envoy: e}
+	t.Cleanup(func() { tg.finish(t) })
+	return tg
+}
+
+// finish checks that Envoy and the plugin survived the test, stops Envoy,
+// and shows its log when the test failed.
+func (tg *target) finish(t *testing.T) {
+	if !tg.envoy.Alive() {
+		t.Errorf("envoy exited during the test")
+	} else {
+		tg.checkNoCrash(t)
+	}
+	if err := tg.envoy.Stop(); err != nil {
+		t.Errorf("stop envoy: %v", err)
+	}
+	if t.Failed() {
+		t.Logf("envoy log: %s\n%s", tg.envoy.LogPath, tg.envoy.LogTail(60))
+	}
+}
+
+// checkNoCrash fails the test when the plugin panicked or its VM was
+// reloaded: failure_policy FAIL_RELOAD would otherwise hide a trapped VM
+// behind a fresh one.
+func (tg *target) checkNoCrash(t *testing.T) {
+	st, err := fetchStats(tg.admin)
+	if err != nil {
+		t.Errorf("read stats after the test: %v", err)
+		return
+	}
+	for _, name := range []string{
+		"wasm.borrowcycle.vm_reload",
+		"wasmcustom.borrowcycle." + tg.settings.Name + ".panics",
+	} {
+		if v, ok := st[name]; !ok {
+			t.Errorf("stat %s missing", name)
+		} else if v != 0 {
+			t.Errorf("stat %s = %d, want 0", name, v)
+		}
+	}
+}
+
+var (
+	unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+	logDirsMu  sync.Mutex
+	logDirs    = map[string]bool{}
+)
+
+// logDir is where a test's Envoy config and log go: e2e/logs/<test>, kept
+// after the run (git ignores it) so a failure can be read in full.
+// The first call of a test empties the directory left by an earlier run.
+func logDir(t *testing.T) string {
+	dir := filepath.Join("logs", unsafeName.ReplaceAllString(t.Name(), "_"))
+	logDirsMu.Lock()
+	fresh := !logDirs[dir]
+	logDirs[dir] = true
+	logDirsMu.Unlock()
+	if fresh {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// settings are the parts of a plugin configuration the tests need, with the
+// contract's defaults filled in. The tests keep their own reading of the
+// contract rather than the plugin's parser (package main cannot be
+// imported), so a default that drifts shows up as a failure.
+type settings struct {
+	Capacity         int64
+	Cycle            time.Duration
+	Reservation      float64
+	ClientHeader     string
+	Passthrough      bool
+	MaxClients       int
+	MinCycle         time.Duration
+	Style            string
+	HeadersOnAllowed bool
+	StatusCode       int
+	MaxClientIDBytes int
+	Name             string
+	DebugHeaders     bool
+}
+
+func parseSettings(raw string) (settings, error) {
+	var in struct {
+		Capacity         *int64   `json:"capacity"`
+		Cycle            *string  `json:"cycle"`
+		Reservation      *float64 `json:"reservation"`
+		ClientHeader     *string  `json:"client_header"`
+		Mode             *string  `json:"mode"`
+		MaxClients       *int     `json:"max_clients"`
+		MinCycle         *string  `json:"min_cycle"`
+		RateLimitHeaders *string  `json:"rate_limit_headers"`
+		HeadersOnAllowed *bool    `json:"headers_on_allowed"`
+		StatusCode       *int     `json:"status_code"`
+		MaxClientIDBytes *int     `json:"max_client_id_bytes"`
+		Name             *string  `json:"name"`
+		DebugHeaders     *bool    `json:"debug_headers"`
+	}
+	if err := json.Unmarshal([]byte(raw), &in); err != nil {
+		return settings{}, err
+	}
+	if in.Capacity == nil || in.Cycle == nil {
+		return settings{}, fmt.Errorf("capacity and cycle are required")
+	}
+	cycle, err := time.ParseDuration(*in.Cycle)
+	if err != nil {
+		return settings{}, err
+	}
+	s := settings{
+		Capacity:         *in.Capacity,
+		Cycle:            cycle,
+		Reservation:      or(in.Reservation, 0.1),
+		ClientHeader:     strings.ToLower(or(in.ClientHeader, "x-client-id")),
+		Passthrough:      or(in.Mode, "enforce") == "passthrough",
+		MaxClients:       or(in.MaxClients, 1000),
+		MinCycle:         cycle / 10,
+		Style:            or(in.RateLimitHeaders, "x-ratelimit"),
+		HeadersOnAllowed: or(in.HeadersOnAllowed, true),
+		StatusCode:       or(in.StatusCode, 429),
+		MaxClientIDBytes: or(in.MaxClientIDBytes, 256),
+		Name:             or(in.Name, "default"),
+		DebugHeaders:     or(in.DebugHeaders, false),
+	}
+	if in.MinCycle != nil {
+		if s.MinCycle, err = time.ParseDuration(*in.MinCycle); err != nil {
+			return settings{}, err
+		}
+	}
+	return s, nil
+}
+
+func or[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
