@@ -68,4 +68,3 @@ type Decision struct {
 	// Cycle is the id of the cycle the request was counted in.
 	Cycle uint64
 }
-

@@ -14,7 +14,7 @@ var ErrInjected = errors.New("store: injected failure")
 type Faults struct {
 	Mismatch float64 // a Set fails with ErrCASMismatch without writing
 	Error    float64 // a Get or Set fails with ErrInjected
-	Corrupt  float64 // a Get returns garbage bytes
+	Corrupt  float64 // a Set stores garbage bytes instead of the value (and succeeds)
 	Seed     uint64
 }
 
@@ -41,22 +41,14 @@ func (s *FaultyStore) roll(p float64) bool {
 	return s.rng.Float64() < p
 }
 
-// Get implements Store.
+// Get implements Store. Reads are faithful, as in Envoy, where a get copies
+// the stored bytes under the shared-data mutex; corruption is injected where
+// it can really come from, a writer storing a bad value.
 func (s *FaultyStore) Get(key string) ([]byte, uint32, error) {
 	if s.roll(s.faults.Error) {
 		return nil, 0, ErrInjected
 	}
-	v, cas, err := s.inner.Get(key)
-	if err == nil && s.roll(s.faults.Corrupt) {
-		s.mu.Lock()
-		garbage := make([]byte, s.rng.IntN(64))
-		for i := range garbage {
-			garbage[i] = byte(s.rng.Uint32())
-		}
-		s.mu.Unlock()
-		return garbage, cas, nil
-	}
-	return v, cas, err
+	return s.inner.Get(key)
 }
 
 // Set implements Store.
@@ -67,5 +59,18 @@ func (s *FaultyStore) Set(key string, value []byte, cas uint32) error {
 	if s.roll(s.faults.Mismatch) {
 		return ErrCASMismatch
 	}
+	if s.roll(s.faults.Corrupt) {
+		value = s.garbage()
+	}
 	return s.inner.Set(key, value, cas)
+}
+
+func (s *FaultyStore) garbage() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := make([]byte, s.rng.IntN(64))
+	for i := range b {
+		b[i] = byte(s.rng.Uint32())
+	}
+	return b
 }

@@ -49,10 +49,12 @@ func WithObserver(o Observer) Option { return func(l *Limiter) { l.obs = o } }
 // losing CAS races.
 var ErrRetriesExhausted = errors.New("cas retries exhausted")
 
-// leaseDivisor: a worker leases 1/leaseDivisor of what is left of a client's
-// share (at least 1). Leases shrink as the share drains, so little capacity
-// can sit in a worker that stops seeing the client.
-const leaseDivisor = 16
+// Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
+// of the attempts the worker saw for the client this cycle.
+const (
+	leaseDivisor     = 16
+	leaseRateDivisor = 4
+)
 
 // flushDivisor: a worker writes its counted demand back once it has counted
 // 1/flushDivisor of what it already wrote (at least 1 request), so demand is
@@ -75,13 +77,15 @@ type Limiter struct {
 	slotKeys  []string // built on first use of each slot
 
 	hdr      header
+	spare    header // decode target, swapped with hdr on success
 	hdrCAS   uint32 // CAS of hdr as read; meaningful only when hdrValid
 	hdrValid bool
 	index    map[uint64]int // hash -> slot; pending newcomers map to -1
 	nActive  int            // registered clients in hdr
-	local   []localSlot    // this worker's leases and counts, by slot
-	scratch rollScratch
-	buf     []byte
+	local    []localSlot    // this worker's leases and counts, by slot
+	scratch  rollScratch
+	corrupt  []corruptSlot // unreadable slots found by the last readDemand
+	buf      []byte
 }
 
 // localSlot is what this worker holds for one client in one cycle.

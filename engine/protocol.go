@@ -10,12 +10,16 @@ import (
 // header and the client slots through CAS. docs/design.md explains why the
 // cap holds; the invariant each function keeps is stated where it is kept.
 
+// resetCycleJump is how far a header reset moves the cycle id.
+const resetCycleJump = 1 << 20
+
 type syncResult uint8
 
 const (
-	syncOK     syncResult = iota
-	syncStale             // the slot belongs to a newer cycle than our header
-	syncFailed            // the store failed or retries ran out
+	syncOK      syncResult = iota
+	syncStale              // the slot belongs to a newer cycle than our header
+	syncFailed             // the store failed or retries ran out
+	syncCorrupt            // the slot holds an unreadable value
 )
 
 // refreshHeader reads the header, creating it on first use and resetting it
@@ -36,13 +40,17 @@ func (l *Limiter) refreshHeader() error {
 		if l.hdrValid && cas == l.hdrCAS {
 			return nil
 		}
-		if err := decodeHeader(raw, &l.hdr); err != nil {
+		// Decode into the spare header and swap only on success, so a bad
+		// value never leaves a half-written cache behind.
+		if err := decodeHeader(raw, &l.spare); err != nil {
+			l.hdrValid = false
 			l.obs.ValueReset(l.headerKey, err)
 			if err := l.resetHeader(cas); err != nil {
 				return err
 			}
 			continue
 		}
+		l.hdr, l.spare = l.spare, l.hdr
 		l.hdrCAS, l.hdrValid = cas, true
 		l.reindex()
 		return nil
@@ -74,10 +82,12 @@ func (l *Limiter) adopt(h header) {
 	l.reindex()
 }
 
-// resetHeader replaces an unreadable header, CAS-guarded, with an empty one
-// whose cycle id is above every slot's: cycle ids must only grow, because a
-// slot stamped with a newer cycle than a worker's header is how the worker
-// learns its header is stale.
+// resetHeader replaces an unreadable header, CAS-guarded, with an empty one.
+// Its cycle id jumps by resetCycleJump above every id this worker or any
+// slot has seen: a cycle id must never be reused with other shares, and
+// other workers may have cached a later header than anything visible here.
+// A header with no slot writes stops rolling once its clients go idle, so
+// no worker can be more than IdleCycles+2 (≤ 65538) cycles ahead.
 func (l *Limiter) resetHeader(cas uint32) error {
 	top := l.hdr.cycle
 	for slot := 0; slot < l.cfg.MaxClients; slot++ {
@@ -89,7 +99,7 @@ func (l *Limiter) resetHeader(cas uint32) error {
 			top = v.cycle
 		}
 	}
-	err := l.writeHeader(&header{fingerprint: l.fp, cycle: top}, cas)
+	err := l.writeHeader(&header{fingerprint: l.fp, cycle: top + resetCycleJump}, cas)
 	if errors.Is(err, ErrCASMismatch) {
 		return nil // someone else changed it; the caller reads again
 	}
@@ -142,6 +152,7 @@ func (l *Limiter) rollover(t int64, joiners []uint64) error {
 		}
 		registered := countNew(&l.hdr, &next)
 		l.adopt(next)
+		l.resetCorrupt()
 		l.obs.Rollover(RolloverEvent{
 			Cycle:      next.cycle,
 			Early:      next.early,
@@ -185,6 +196,7 @@ func countNew(prev, next *header) int {
 // to the slots, plus what this worker counted and has not written yet.
 // Other workers' unwritten counts are the bounded part a rollover misses.
 func (l *Limiter) readDemand() ([]int64, error) {
+	l.corrupt = l.corrupt[:0]
 	demand := make([]int64, len(l.hdr.clients))
 	for slot, c := range l.hdr.clients {
 		if c.hash == 0 {
@@ -193,7 +205,7 @@ func (l *Limiter) readDemand() ([]int64, error) {
 		if ls := &l.local[slot]; ls.cycle == l.hdr.cycle && ls.hash == c.hash {
 			demand[slot] = ls.unflushed
 		}
-		raw, _, err := l.store.Get(l.slotKey(slot))
+		raw, cas, err := l.store.Get(l.slotKey(slot))
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -201,11 +213,38 @@ func (l *Limiter) readDemand() ([]int64, error) {
 			l.obs.StoreFailure("get slot", err)
 			return nil, err
 		}
-		if v, err := decodeSlot(raw); err == nil && v.cycle == l.hdr.cycle && v.hash == c.hash {
+		v, err := decodeSlot(raw)
+		if err != nil {
+			l.corrupt = append(l.corrupt, corruptSlot{slot, cas})
+			continue
+		}
+		if v.cycle == l.hdr.cycle && v.hash == c.hash {
 			demand[slot] += v.demand
 		}
 	}
 	return demand, nil
+}
+
+type corruptSlot struct {
+	slot int
+	cas  uint32
+}
+
+// resetCorrupt rewrites the unreadable slots the rollover found, as fresh
+// slots of the new cycle. Only the roller may: it read them before the new
+// cycle existed, so they cannot hide a grant of the new cycle, and the CAS
+// of the unreadable value makes the write lose to any write since.
+func (l *Limiter) resetCorrupt() {
+	for _, c := range l.corrupt {
+		if c.slot >= len(l.hdr.clients) || l.hdr.clients[c.slot].hash == 0 {
+			continue
+		}
+		l.buf = appendSlot(l.buf, slotValue{cycle: l.hdr.cycle, hash: l.hdr.clients[c.slot].hash})
+		if err := l.store.Set(l.slotKey(c.slot), l.buf, c.cas); err != nil && !errors.Is(err, ErrCASMismatch) {
+			l.obs.StoreFailure("reset slot", err)
+		}
+	}
+	l.corrupt = l.corrupt[:0]
 }
 
 // addPending records a newcomer that must wait for an early rollover. It
@@ -264,7 +303,11 @@ func (l *Limiter) sync(slot int, wantLease, returnLease bool) syncResult {
 	key := l.slotKey(slot)
 	fresh := slotValue{cycle: ls.cycle, hash: c.hash}
 	for attempt := 0; attempt < l.cfg.CASRetries; attempt++ {
-		v, cas, res := l.readSlot(key, fresh, c.share)
+		v, cas, res := l.readSlot(key, fresh)
+		if res == syncCorrupt {
+			ls.granted, ls.exhausted = c.share, true
+			return syncOK
+		}
 		if res != syncOK {
 			return res
 		}
@@ -275,7 +318,7 @@ func (l *Limiter) sync(slot int, wantLease, returnLease bool) syncResult {
 		}
 		take := int64(0)
 		if avail := c.share - next.granted; wantLease && avail > 0 {
-			take = max(1, avail/leaseDivisor)
+			take = leaseSize(avail, ls.flushed+ls.unflushed)
 		}
 		next.granted += take
 		if next != v || cas == casCreate {
@@ -305,8 +348,9 @@ func (l *Limiter) sync(slot int, wantLease, returnLease bool) syncResult {
 }
 
 // readSlot reads a slot for the cached cycle. A missing, older or reassigned
-// value reads as fresh; a newer one means our header is stale.
-func (l *Limiter) readSlot(key string, fresh slotValue, share int64) (slotValue, uint32, syncResult) {
+// value reads as fresh; a newer one means our header is stale; an unreadable
+// one is reported as corrupt.
+func (l *Limiter) readSlot(key string, fresh slotValue) (slotValue, uint32, syncResult) {
 	raw, cas, err := l.store.Get(key)
 	if errors.Is(err, ErrNotFound) {
 		return fresh, casCreate, syncOK
@@ -318,18 +362,27 @@ func (l *Limiter) readSlot(key string, fresh slotValue, share int64) (slotValue,
 	v, err := decodeSlot(raw)
 	switch {
 	case err != nil:
-		// The lost value may have held grants, so the reset slot counts as
-		// exhausted for this cycle: corruption costs the client the rest of
-		// one cycle's share, and never bends the cap.
+		// The lost value may have held grants this worker cannot see, so the
+		// client counts as exhausted and nothing is written: only the next
+		// rollover can reset the slot safely (see resetCorrupt).
 		l.obs.ValueReset(key, err)
-		fresh.granted = share
-		return fresh, cas, syncOK
+		return fresh, cas, syncCorrupt
 	case v.cycle > fresh.cycle:
 		return v, cas, syncStale
 	case v.cycle < fresh.cycle || v.hash != fresh.hash:
 		return fresh, cas, syncOK
 	}
 	return v, cas, syncOK
+}
+
+// leaseSize is how many units a worker takes in one lease: at most
+// 1/leaseDivisor of what is left of the share, so leases shrink as it
+// drains, and at most 1/leaseRateDivisor of the attempts this worker saw for
+// the client this cycle, so a worker that sees little of a client holds
+// little of its share. Both bound the capacity that can sit unused in a
+// worker when the client's traffic moves elsewhere.
+func leaseSize(avail, seen int64) int64 {
+	return max(1, min(avail/leaseDivisor, seen/leaseRateDivisor))
 }
 
 func (l *Limiter) slotKey(slot int) string {
