@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Benchmarks. `make bench` runs them; README reports the figures.
+//
+// The anchor is golang.org/x/time/rate's Limiter.AllowN, a well-known
+// in-process limiter: the admission path of a Borrowcycle worker should cost
+// about the same, since it too decides from local state on the common path.
+
+// countingStore counts store operations, to report shared-data touches per
+// admitted request.
+type countingStore struct {
+	Store
+	ops atomic.Int64
+}
+
+func (s *countingStore) Get(k string) ([]byte, uint32, error) { s.ops.Add(1); return s.Store.Get(k) }
+func (s *countingStore) Set(k string, v []byte, c uint32) error {
+	s.ops.Add(1)
+	return s.Store.Set(k, v, c)
+}
+
+// benchConfig admits every request in the benchmark, so the hot path is the
+// admission path, not rejection.
+func benchConfig(clients int) Config {
+	cfg := Defaults(1<<40, time.Hour)
+	cfg.MaxClients = max(clients, 1)
+	return cfg
+}
+
+// anchorLimiter never runs dry in a benchmark, without rate.Inf's shortcut.
+func anchorLimiter() *rate.Limiter { return rate.NewLimiter(rate.Limit(1e12), 1<<30) }
+
+// BenchmarkRateAllowN is the anchor: rate's explicit-time twin, like
+// AdmitAt, so neither side reads the clock.
+func BenchmarkRateAllowN(b *testing.B) {
+	lim := anchorLimiter()
+	now := t0
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		lim.AllowN(now, 1)
+	}
+}
+
+func BenchmarkAdmit(b *testing.B) {
+	for _, clients := range []int{1, 100} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			store := &countingStore{Store: NewMemStore()}
+			l, _ := New(benchConfig(clients), store)
+			ids := clientIDs(clients)
+			if err := l.RegisterAt(t0, ids...); err != nil {
+				b.Fatal(err)
+			}
+			now := t0.Add(time.Second)
+			store.ops.Store(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			admitted := 0
+			for i := 0; i < b.N; i++ {
+				if l.AdmitAt(now, ids[i%clients]).Allowed {
+					admitted++
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(store.ops.Load())/float64(max(admitted, 1)), "store-ops/admit")
+		})
+	}
+}
+
+// BenchmarkAdmitVsRate times both limiters in one run and reports the
+// ratio, so the figure does not depend on comparing separate runs.
+func BenchmarkAdmitVsRate(b *testing.B) {
+	lim := anchorLimiter()
+	l, _ := New(benchConfig(1), NewMemStore())
+	now := t0.Add(time.Second)
+	l.AdmitAt(now, "c")
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		lim.AllowN(now, 1)
+	}
+	rateTime := time.Since(start)
+	start = time.Now()
+	for i := 0; i < b.N; i++ {
+		l.AdmitAt(now, "c")
+	}
+	admitTime := time.Since(start)
+	b.ReportMetric(float64(admitTime)/float64(max(rateTime, 1)), "x-rate.AllowN")
+}
+
+// BenchmarkWorkers is ns per decision with W workers (goroutines, each with
+// its own Limiter) over one shared store, and store operations per admitted
+// request: the cost of keeping one limit for the whole process.
+func BenchmarkWorkers(b *testing.B) {
+	for _, w := range []int{1, 4} {
+		b.Run(fmt.Sprintf("W=%d", w), func(b *testing.B) {
+			const clients = 16
+			store := &countingStore{Store: NewMemStore()}
+			cfg := benchConfig(clients)
+			cfg.Capacity = 1 << 30
+			ids := clientIDs(clients)
+			workers := make([]*Limiter, w)
+			for i := range workers {
+				workers[i], _ = New(cfg, store)
+			}
+			if err := workers[0].RegisterAt(t0, ids...); err != nil {
+				b.Fatal(err)
+			}
+			now := t0.Add(time.Second)
+			store.ops.Store(0)
+			var admitted atomic.Int64
+			per := b.N / w
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for i := range workers {
+				wg.Add(1)
+				go func(l *Limiter, offset int) {
+					defer wg.Done()
+					n := int64(0)
+					for j := 0; j < per; j++ {
+						if l.AdmitAt(now, ids[(j+offset)%clients]).Allowed {
+							n++
+						}
+					}
+					admitted.Add(n)
+				}(workers[i], i)
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(store.ops.Load())/float64(max(admitted.Load(), 1)), "store-ops/admit")
+		})
+	}
+}
+
+// BenchmarkRollover is the pure computation of the next cycle.
+func BenchmarkRollover(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			cfg := benchConfig(n)
+			cfg.Capacity = 100000
+			cur := header{fingerprint: cfg.fingerprint(), cycle: 5, start: 0, deadline: int64(cfg.Cycle)}
+			demand := make([]int64, n)
+			for i := range demand {
+				cur.clients = append(cur.clients, clientEntry{hash: uint64(i + 1), share: int64(100000 / n)})
+				demand[i] = int64(i % 300)
+			}
+			var sc rollScratch
+			fp := cfg.fingerprint()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				nextCycle(&cur, demand, nil, int64(cfg.Cycle), &cfg, fp, &sc)
+			}
+		})
+	}
+}
+
+func clientIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "client-" + strconv.Itoa(i)
+	}
+	return ids
+}
