@@ -1,0 +1,197 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Every plugin test runs under two runners: "go" runs this package's code
+// natively inside proxytest, and "wasm" runs the compiled module
+// (build/borrowcycle.wasm) on wazero through proxytest.NewWasmVMContext, the
+// binary Envoy loads. proxytest has one global host, so no test is parallel.
+
+const wasmPath = "../build/borrowcycle.wasm"
+
+var runners = []string{"go", "wasm"}
+
+var wasmBytes = sync.OnceValues(func() ([]byte, error) { return os.ReadFile(wasmPath) })
+
+// eachRunner runs f under both runners.
+func eachRunner(t *testing.T, f func(t *testing.T, runner string)) {
+	t.Helper()
+	for _, r := range runners {
+		t.Run(r, func(t *testing.T) { f(t, r) })
+	}
+}
+
+// newVM returns the VM context of a runner. A missing module fails the
+// test: skipping would let the binary Envoy runs go untested.
+func newVM(t testing.TB, runner string) types.VMContext {
+	t.Helper()
+	if runner == "go" {
+		return &vmContext{}
+	}
+	wasm, err := wasmBytes()
+	if err != nil {
+		t.Fatalf("reading %s: %v (run make build)", wasmPath, err)
+	}
+	vm, err := proxytest.NewWasmVMContext(wasm)
+	if err != nil {
+		t.Fatalf("loading %s: %v", wasmPath, err)
+	}
+	t.Cleanup(func() { _ = vm.Close() })
+	return vm
+}
+
+// clockPath is the host property the tests' VM configuration points the
+// plugin's clock at.
+var clockPath = []string{"test", "now"}
+
+const testVMConfig = `{"clock_property": "test.now"}`
+
+// t0 is where every test's clock starts.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// hostActive is set while a test's host is registered with the SDK.
+var hostActive bool
+
+type host struct {
+	proxytest.HostEmulator
+	t   testing.TB
+	now time.Time
+}
+
+// newHost starts a VM with the test clock at t0 and the plugin
+// configuration pluginConfig, without starting the plugin.
+func newHost(t testing.TB, runner, pluginConfig string) *host {
+	t.Helper()
+	opt := proxytest.NewEmulatorOption().
+		WithVMContext(newVM(t, runner)).
+		WithVMConfiguration([]byte(testVMConfig)).
+		WithPluginConfiguration([]byte(pluginConfig)).
+		WithProperty(clockPath, []byte(strconv.FormatInt(t0.UnixNano(), 10)))
+	if hostActive {
+		// NewHostEmulator would block forever on the SDK's global host lock.
+		t.Fatal("a proxytest host is already active: start each host in its own subtest")
+	}
+	emu, reset := proxytest.NewHostEmulator(opt)
+	hostActive = true
+	t.Cleanup(func() { reset(); hostActive = false })
+	h := &host{HostEmulator: emu, t: t, now: t0}
+	if !h.StartVM() {
+		t.Fatal("OnVMStart failed")
+	}
+	return h
+}
+
+// startHost is newHost followed by a plugin start that must succeed.
+func startHost(t testing.TB, runner, pluginConfig string) *host {
+	t.Helper()
+	h := newHost(t, runner, pluginConfig)
+	if !h.StartPlugin() {
+		t.Fatalf("OnPluginStart failed for %s; error logs: %q", pluginConfig, h.GetErrorLogs())
+	}
+	return h
+}
+
+// advance moves the plugin's clock.
+func (h *host) advance(d time.Duration) { h.setNow(h.now.Add(d)) }
+
+func (h *host) setNow(now time.Time) {
+	h.t.Helper()
+	h.now = now
+	if err := h.SetProperty(clockPath, []byte(strconv.FormatInt(now.UnixNano(), 10))); err != nil {
+		h.t.Fatalf("setting the clock: %v", err)
+	}
+}
+
+// result is what a client sees of one request.
+type result struct {
+	action  types.Action
+	local   *proxytest.LocalHttpResponse // nil when the request went upstream
+	headers map[string]string            // response headers, upstream or local
+}
+
+func (r result) admitted() bool { return r.action == types.ActionContinue && r.local == nil }
+
+// request sends one request with the given headers; an admitted one gets a
+// 200 from "upstream", whose headers the plugin may extend.
+func (h *host) request(headers ...[2]string) result {
+	h.t.Helper()
+	id := h.InitializeHttpContext()
+	all := append([][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "test"}}, headers...)
+	res := result{action: h.CallOnRequestHeaders(id, all, true)}
+	res.local = h.GetSentLocalResponse(id)
+	var resp [][2]string
+	if res.local != nil {
+		resp = res.local.Headers
+	} else {
+		h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+		resp = h.GetCurrentResponseHeaders(id)
+	}
+	res.headers = make(map[string]string, len(resp))
+	for _, kv := range resp {
+		if _, dup := res.headers[kv[0]]; dup {
+			h.t.Errorf("header %q appears twice in %v", kv[0], resp)
+		}
+		res.headers[kv[0]] = kv[1]
+	}
+	h.CompleteHttpContext(id)
+	return res
+}
+
+// from sends one request as client id.
+func (h *host) from(id string) result {
+	h.t.Helper()
+	return h.request([2]string{"x-client-id", id})
+}
+
+// admittedOf sends n requests as client id and returns how many were admitted.
+func (h *host) admittedOf(id string, n int) int {
+	h.t.Helper()
+	admitted := 0
+	for i := 0; i < n; i++ {
+		if h.from(id).admitted() {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+func (h *host) counter(name string) uint64 {
+	h.t.Helper()
+	v, err := h.GetCounterMetric(name)
+	if err != nil {
+		h.t.Fatalf("counter %s: %v", name, err)
+	}
+	return v
+}
+
+func (h *host) gauge(name string) uint64 {
+	h.t.Helper()
+	v, err := h.GetGaugeMetric(name)
+	if err != nil {
+		h.t.Fatalf("gauge %s: %v", name, err)
+	}
+	return v
+}
+
+// logsContaining returns the logs of every level that contain s.
+func (h *host) logsContaining(s string) []string {
+	var out []string
+	for _, logs := range [][]string{h.GetTraceLogs(), h.GetDebugLogs(), h.GetInfoLogs(), h.GetWarnLogs(), h.GetErrorLogs(), h.GetCriticalLogs()} {
+		for _, l := range logs {
+			if strings.Contains(l, s) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+func TestStartLogsOneSummaryLine(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 100, "cycle": "10s", "name": "api"}`)
+		infos := h.logsContaining(`borrowcycle: limit "api"`)
+		if len(infos) != 1 || len(h.GetInfoLogs()) != 1 {
+			t.Fatalf("info logs = %q, want exactly one summary line", h.GetInfoLogs())
+		}
+		if !strings.Contains(infos[0], "capacity 100 per 10s") {
+			t.Errorf("summary %q does not state the capacity", infos[0])
+		}
+		if got, want := h.GetTickPeriod(), uint32(1000); got != want {
+			t.Errorf("tick period = %d ms, want %d", got, want)
+		}
+		if errs := h.GetErrorLogs(); len(errs) != 0 {
+			t.Errorf("error logs on a valid start: %q", errs)
+		}
+	})
+}
+
+func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
+	cases := []struct{ config, field string }{
+		{``, "capacity"},
+		{`{"cycle": "10s"}`, "capacity"},
+		{`{"capacity": 0, "cycle": "10s"}`, "capacity"},
+		{`{"capacity": "10", "cycle": "10s"}`, "capacity"},
+		{`{"capacity": 10}`, "cycle"},
+		{`{"capacity": 10, "cycle": "abc"}`, "cycle"},
+		{`{"capacity": 10, "cycle": "2h"}`, "cycle"},
+		{`{"capacity": 10, "cycle": "10s", "reservation": 1.5}`, "reservation"},
+		{`{"capacity": 10, "cycle": "10s", "client_header": "x client"}`, "client_header"},
+		{`{"capacity": 10, "cycle": "10s", "mode": "shadow"}`, "mode"},
+		{`{"capacity": 10, "cycle": "10s", "max_clients": 70000}`, "max_clients"},
+		{`{"capacity": 10, "cycle": "10s", "idle_cycles": 0}`, "idle_cycles"},
+		{`{"capacity": 10, "cycle": "10s", "min_cycle": "11s"}`, "min_cycle"},
+		{`{"capacity": 10, "cycle": "10s", "failure_mode_deny": "yes"}`, "failure_mode_deny"},
+		{`{"capacity": 10, "cycle": "10s", "rate_limit_headers": "draft"}`, "rate_limit_headers"},
+		{`{"capacity": 10, "cycle": "10s", "headers_on_allowed": 1}`, "headers_on_allowed"},
+		{`{"capacity": 10, "cycle": "10s", "status_code": 200}`, "status_code"},
+		{`{"capacity": 10, "cycle": "10s", "max_client_id_bytes": 5000}`, "max_client_id_bytes"},
+		{`{"capacity": 10, "cycle": "10s", "name": "Bad-Name"}`, "name"},
+		{`{"capacity": 10, "cycle": "10s", "debug_headers": null}`, "debug_headers"},
+		{`{"capacity": 10, "cycle": "10s", "burst": 5}`, "burst"},
+		{`{"capacity": 10, "cycle": "10s"`, "json"},
+	}
+	eachRunner(t, func(t *testing.T, runner string) {
+		for _, c := range cases {
+			t.Run(c.field, func(t *testing.T) {
+				h := newHost(t, runner, c.config)
+				if h.StartPlugin() {
+					t.Fatalf("OnPluginStart succeeded for %s", c.config)
+				}
+				errs := h.GetErrorLogs()
+				prefix := "borrowcycle: invalid configuration: " + c.field + ": "
+				if len(errs) != 1 || !strings.HasPrefix(errs[0], prefix) {
+					t.Fatalf("error logs = %q, want one line starting %q", errs, prefix)
+				}
+				if n := len(h.GetInfoLogs()) + len(h.GetWarnLogs()) + len(h.GetCriticalLogs()); n != 0 {
+					t.Errorf("%d other log lines on a config error", n)
+				}
+			})
+		}
+	})
+}
+
+func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 3, "cycle": "10s"}`)
+		for i := 0; i < 3; i++ {
+			r := h.from("alice")
+			if !r.admitted() {
+				t.Fatalf("request %d rejected: %+v", i, r.local)
+			}
+			want := map[string]string{"x-ratelimit-limit": "3", "x-ratelimit-remaining": strconv.Itoa(2 - i), "x-ratelimit-reset": "10"}
+			checkHeaders(t, r.headers, want)
+		}
+		h.advance(2500 * time.Millisecond)
+		r := h.from("alice")
+		if r.admitted() || r.local == nil {
+			t.Fatal("fourth request admitted over a share of 3")
+		}
+		if r.local.StatusCode != 429 {
+			t.Errorf("status = %d, want 429", r.local.StatusCode)
+		}
+		checkHeaders(t, r.headers, map[string]string{
+			"content-type":          "text/plain",
+			"x-envoy-ratelimited":   "true",
+			"x-borrowcycle-reason":  "over_limit",
+			"retry-after":           "8", // 7.5 s to the end of the cycle, rounded up
+			"x-ratelimit-limit":     "3",
+			"x-ratelimit-remaining": "0",
+			"x-ratelimit-reset":     "8",
+		})
+		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client used its share for the current cycle"; got != want {
+			t.Errorf("body = %q, want %q", got, want)
+		}
+		if _, ok := r.headers["x-borrowcycle-cycle"]; ok {
+			t.Error("debug header present without debug_headers")
+		}
+	})
+}
+
+func TestIETFHeaders(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 2, "cycle": "1500ms", "rate_limit_headers": "ietf", "name": "api", "status_code": 503}`)
+		r := h.from("bob")
+		checkHeaders(t, r.headers, map[string]string{
+			"ratelimit-policy": `"api";q=2;w=2`, // 1.5 s cycle, rounded up
+			"ratelimit":        `"api";r=1;t=2`,
+		})
+		if _, ok := r.headers["x-ratelimit-limit"]; ok {
+			t.Error("x-ratelimit headers sent in ietf style")
+		}
+		h.from("bob")
+		h.advance(time.Second)
+		r = h.from("bob")
+		if r.local == nil || r.local.StatusCode != 503 {
+			t.Fatalf("third request: local reply %+v, want status 503", r.local)
+		}
+		checkHeaders(t, r.headers, map[string]string{
+			"ratelimit-policy": `"api";q=2;w=2`,
+			"ratelimit":        `"api";r=0;t=1`,
+			"retry-after":      "1",
+		})
+	})
+}
+
+func TestNoRateLimitHeadersWhenDisabled(t *testing.T) {
+	configs := []string{
+		`{"capacity": 5, "cycle": "10s", "headers_on_allowed": false}`,
+		`{"capacity": 5, "cycle": "10s", "rate_limit_headers": "none"}`,
+	}
+	eachRunner(t, func(t *testing.T, runner string) {
+		for i, cfg := range configs {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				h := startHost(t, runner, cfg)
+				r := h.from("carol")
+				if !r.admitted() {
+					t.Fatalf("%s: first request rejected", cfg)
+				}
+				for name := range r.headers {
+					if strings.Contains(name, "ratelimit") {
+						t.Errorf("%s: admitted response has %s", cfg, name)
+					}
+				}
+			})
+		}
+	})
+}
+
+func TestAnonymousRequests(t *testing.T) {
+	cases := map[string][][2]string{
+		"missing":     nil,
+		"empty":       {{"x-client-id", ""}},
+		"blank":       {{"x-client-id", " \t "}},
+		"too long":    {{"x-client-id", strings.Repeat("x", 17)}},
+		"other name":  {{"x-tenant", "dave"}},
+		"long padded": {{"x-client-id", "\t" + strings.Repeat("y", 17) + " "}},
+	}
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "max_client_id_bytes": 16, "debug_headers": true}`)
+		for name, headers := range cases {
+			r := h.request(headers...)
+			if r.local == nil {
+				t.Fatalf("%s: anonymous request admitted", name)
+			}
+			if r.local.StatusCode != 429 {
+				t.Errorf("%s: status = %d, want 429", name, r.local.StatusCode)
+			}
+			if got, want := string(r.local.Data), `borrowcycle: anonymous: missing or invalid client id header "x-client-id"`; got != want {
+				t.Errorf("%s: body = %q, want %q", name, got, want)
+			}
+			checkHeaders(t, r.headers, map[string]string{"x-borrowcycle-reason": "anonymous"})
+			for _, absent := range []string{"retry-after", "x-envoy-ratelimited"} {
+				if _, ok := r.headers[absent]; ok {
+					t.Errorf("%s: anonymous reply has %s", name, absent)
+				}
+			}
+			if _, ok := r.headers["x-borrowcycle-cycle"]; !ok {
+				t.Errorf("%s: debug header missing from a local reply", name)
+			}
+		}
+		// Exactly 16 bytes after trimming is a valid id.
+		if r := h.from("  " + strings.Repeat("z", 16) + "\t"); !r.admitted() {
+			t.Errorf("a 16-byte id was rejected: %+v", r.local)
+		}
+		if got := h.counter("borrowcycle.default.requests_rejected.anonymous"); got != uint64(len(cases)) {
+			t.Errorf("requests_rejected.anonymous = %d, want %d", got, len(cases))
+		}
+	})
+}
+
+// TestBorrowingAcrossCycles follows four clients through cycles whose
+// demands differ and checks each client's share against engine.Allocate.
+func TestBorrowingAcrossCycles(t *testing.T) {
+	const capacity, reservation = 40, 0.1
+	clients := []string{"a", "b", "c", "d"}
+	eachRunner(t, func(t *testing.T, runner string) {
+		// min_cycle = cycle: newcomers wait for the deadline, so every cycle
+		// is a full one and demand is not rescaled.
+		h := startHost(t, runner, `{"capacity": 40, "cycle": "10s", "min_cycle": "10s", "debug_headers": true}`)
+		if r := h.from("a"); !r.admitted() {
+			t.Fatalf("first client rejected: %+v", r.local)
+		}
+		for _, c := range clients[1:] {
+			r := h.from(c)
+			if r.local == nil || r.headers["x-borrowcycle-reason"] != "pending" {
+				t.Fatalf("newcomer %s: got %+v, want a pending reply", c, r.headers)
+			}
+			checkHeaders(t, r.headers, map[string]string{"retry-after": "10"})
+		}
+		// Cycle 1 demand: a sent 1, the others were pending.
+		demand := []int64{1, 0, 0, 0}
+		// The newcomers join at the deadline, counted at the default share.
+		prev := []int64{demand[0], capacity / 4, capacity / 4, capacity / 4}
+		for cycle, next := range [][]int64{{2, 15, 10, 10}, {20, 20, 20, 20}, {0, 30, 1, 3}, {9, 9, 9, 9}} {
+			h.advance(10 * time.Second)
+			h.Tick()
+			want := engine.Allocate(capacity, reservation, prev)
+			for i, c := range clients {
+				sent := next[i]
+				admitted := h.admittedOf(c, int(sent))
+				if wantAdmit := min(sent, want[i]); int64(admitted) != wantAdmit {
+					t.Errorf("cycle %d: %s admitted %d of %d, want %d (shares %v from demands %v)",
+						cycle+2, c, admitted, sent, wantAdmit, want, prev)
+				}
+				if sent == 0 {
+					continue
+				}
+				r := h.from(c) // one more: shows the share, and counts as demand
+				if got := r.headers["x-ratelimit-limit"]; got != strconv.FormatInt(want[i], 10) {
+					t.Errorf("cycle %d: %s limit header = %q, want %d", cycle+2, c, got, want[i])
+				}
+				next[i]++
+			}
+			prev = next
+		}
+	})
+}
+
+func TestPassthroughAdmitsAndCounts(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 2, "cycle": "10s", "mode": "passthrough"}`)
+		for i := 0; i < 5; i++ {
+			r := h.from("erin")
+			if !r.admitted() {
+				t.Fatalf("passthrough rejected request %d: %+v", i, r.local)
+			}
+			if i >= 2 {
+				checkHeaders(t, r.headers, map[string]string{"x-ratelimit-limit": "2", "x-ratelimit-remaining": "0"})
+			}
+		}
+		if r := h.request(); !r.admitted() {
+			t.Fatal("passthrough rejected an anonymous request")
+		}
+		if r := h.from("frank"); !r.admitted() {
+			t.Fatal("passthrough rejected a pending newcomer")
+		}
+		for name, want := range map[string]uint64{
+			"requests_allowed":                    7,
+			"requests_would_reject.over_limit":    3,
+			"requests_would_reject.anonymous":     1,
+			"requests_would_reject.pending":       1,
+			"requests_would_reject.table_full":    0,
+			"requests_would_reject.store_failure": 0,
+			"requests_rejected.over_limit":        0,
+			"requests_rejected.anonymous":         0,
+			"requests_rejected.pending":           0,
+		} {
+			if got := h.counter("borrowcycle.default." + name); got != want {
+				t.Errorf("%s = %d, want %d", name, got, want)
+			}
+		}
+	})
+}
+
+func TestHostileHeadersLeaveServiceIntact(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 100000, "cycle": "10s", "max_clients": 64}`)
+		if r := h.from("good"); !r.admitted() {
+			t.Fatalf("existing client rejected: %+v", r.local)
+		}
+		hostile := map[string]string{
+			"100 KB":     strings.Repeat("A", 100<<10),
+			"NUL bytes":  "evil\x00\x00id",
+			"CRLF":       "evil\r\nx-injected: 1",
+			"all bytes":  allBytes(),
+			"only NULs":  "\x00\x00",
+			"utf-8 junk": "\xff\xfe\xc0\x80",
+		}
+		for name, v := range hostile {
+			r := h.from(v)
+			if r.admitted() && name == "100 KB" {
+				t.Errorf("%s: admitted a %d-byte id", name, len(v))
+			}
+			for k := range r.headers {
+				if strings.Contains(k, "injected") {
+					t.Errorf("%s: reply carries header %q", name, k)
+				}
+			}
+		}
+		for i := 0; i < 10000; i++ {
+			h.from("flood-" + strconv.Itoa(i))
+		}
+		if got := h.counter("borrowcycle.default.requests_rejected.table_full"); got == 0 {
+			t.Error("10k distinct ids never filled a 64-client table")
+		}
+		if n := h.admittedOf("good", 50); n != 50 {
+			t.Errorf("existing client admitted %d of 50 after the flood", n)
+		}
+		if got := h.counter("borrowcycle.default.panics"); got != 0 {
+			t.Errorf("panics = %d", got)
+		}
+	})
+}
+
+func allBytes() string {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return string(b)
+}
+
+func TestMetricValues(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "min_cycle": "2s", "max_clients": 2, "name": "m"}`)
+		h.from("a") // first client: registers at once (rollover, not early)
+		h.from("b") // pending: min_cycle not reached
+		h.from("c") // table_full: a + pending b fill 2 slots
+		h.advance(2 * time.Second)
+		h.from("b")           // early rollover registers b
+		h.admittedOf("a", 10) // a's share is 5 after the early rollover
+		h.request()
+		h.advance(10 * time.Second)
+		h.Tick() // deadline rollover
+		for name, want := range map[string]uint64{
+			"requests_allowed":                7, // a: 1+5, b: 1
+			"requests_rejected.pending":       1,
+			"requests_rejected.table_full":    1,
+			"requests_rejected.over_limit":    5,
+			"requests_rejected.anonymous":     1,
+			"requests_rejected.store_failure": 0,
+			"rollovers.early":                 1,
+			"rollovers.deadline":              2,
+			"cas_retries":                     0,
+			"store_failures":                  0,
+			"panics":                          0,
+		} {
+			if got := h.counter("borrowcycle.m." + name); got != want {
+				t.Errorf("%s = %d, want %d", name, got, want)
+			}
+		}
+		if got := h.gauge("borrowcycle.m.clients_active"); got != 2 {
+			t.Errorf("clients_active = %d, want 2", got)
+		}
+	})
+}
+
+func TestDebugHeaderNamesTheCycle(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 1, "cycle": "10s", "debug_headers": true}`)
+		first := h.from("a").headers["x-borrowcycle-cycle"]
+		rejected := h.from("a")
+		if rejected.local == nil || rejected.headers["x-borrowcycle-cycle"] != first || first == "" {
+			t.Fatalf("cycle header: admitted %q, rejected %q", first, rejected.headers["x-borrowcycle-cycle"])
+		}
+		h.advance(10 * time.Second)
+		next := h.from("a").headers["x-borrowcycle-cycle"]
+		if a, b := mustAtoi(t, first), mustAtoi(t, next); b != a+1 {
+			t.Errorf("cycle after the deadline = %d, want %d", b, a+1)
+		}
+	})
+}
+
+func TestCorruptSharedStateIsReset(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s"}`)
+		h.from("a")
+		// The test host's shared data is the plugin's, in both runners.
+		corruptSharedData(t, "borrowcycle/default/h")
+		h.advance(10 * time.Second)
+		if r := h.from("a"); !r.admitted() {
+			t.Fatalf("request after corruption rejected: %+v", r.headers)
+		}
+		if len(h.logsContaining("reset unreadable shared value")) == 0 {
+			t.Errorf("no warning about the reset; warn logs %q", h.GetWarnLogs())
+		}
+	})
+}
+
+func checkHeaders(t *testing.T, got, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("header %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
