@@ -131,13 +131,17 @@ func binaryIDs(t *testing.T, tg *target) {
 		"a\x00b",
 		"a\x7fb",
 	}
+	outcomes := map[string]int{}
+	defer func() { t.Logf("binary ids: %v", outcomes) }()
 	for i, v := range values {
 		for k := 0; k < 3; k++ {
 			resp, body, err := rawGet(tg.url, h+": "+v)
 			if err != nil {
 				// Envoy may close the connection on a malformed request.
+				outcomes["connection closed"]++
 				continue
 			}
+			outcomes[fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("x-borrowcycle-reason"))]++
 			switch resp.StatusCode {
 			case 200, 400:
 			case tg.settings.StatusCode:
