@@ -12,6 +12,11 @@ import (
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
+// writeThroughLimit: below this many attempts of one client in one cycle
+// on one worker, the engine writes each attempt to shared data as it counts
+// it (engine/protocol.go: flushDue with flushDivisor 16).
+const writeThroughLimit = 32
+
 // phase is a stretch of the borrowing test with fixed request rates.
 type phase struct {
 	d     time.Duration
@@ -40,6 +45,11 @@ func pace(tg *target, ids []string, phases []phase) []result {
 					next := phaseStart.Add(time.Duration(k) * interval / conns)
 					end := phaseStart.Add(p.d)
 					for ; next.Before(end); next = next.Add(interval) {
+						// A goroutine that fell behind (a stalled machine)
+						// skips its missed slots instead of bursting them.
+						if late := time.Since(next); late > interval {
+							next = next.Add(late.Truncate(interval))
+						}
 						time.Sleep(time.Until(next))
 						r := tg.get(c, id)
 						mu.Lock()
@@ -82,8 +92,9 @@ type cycleObs struct {
 //     the rollover, after the earliest moment c's deadline can have passed).
 //     The prediction lets each client's demand drop by up to its number of
 //     such requests, and by nothing else. The clients stay under 32 requests
-//     per worker and cycle, below which the engine writes every attempt to
-//     shared data at once, so no other attempt can be missing.
+//     per cycle, below which the engine writes every attempt to shared data
+//     at once, so no other attempt can be missing (a cycle that a stall
+//     pushed past that bound is logged and not checked).
 //   - When the boundary happened. The engine scales a cycle's demand by
 //     cycle/elapsed (elapsed >= cycle for a deadline rollover, which happens
 //     at the first request after the deadline). Elapsed is bounded by the
@@ -136,6 +147,13 @@ func testBorrowing(t *testing.T, workers int) {
 		// The first cycle of the load may have begun before it; its
 		// predecessor's demand is partly registration traffic.
 		if cyc <= first || prev == nil || cur == nil || next == nil {
+			continue
+		}
+		// Past 32 attempts on one worker the engine writes demand back in
+		// batches, and a rollover may miss a batch; the rates keep cycles
+		// far below that, but a long stall could push one over.
+		if slices.Max(cur.demand) >= writeThroughLimit {
+			t.Logf("cycle %d: demand %v is past the write-through bound; not checked", cyc, cur.demand)
 			continue
 		}
 		checked++
