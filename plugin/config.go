@@ -40,9 +40,9 @@ type pluginConfig struct {
 	Engine           engine.Config
 }
 
-// rawConfig holds each field undecoded, so that a wrong type, a null or an
-// out-of-range value is reported in the contract's words with the field's
-// name, rather than as encoding/json's Go-typed message.
+// rawConfig holds each field undecoded (nil when absent), so that a wrong
+// type, a null or an out-of-range value is reported in the contract's words
+// with the field's name, rather than as encoding/json's Go-typed message.
 type rawConfig struct {
 	Capacity         json.RawMessage `json:"capacity"`
 	Cycle            json.RawMessage `json:"cycle"`
@@ -142,15 +142,28 @@ func fromEngineError(err error) error {
 	return fieldError(field, fe.Reason)
 }
 
-// decodeStrict decodes one JSON object into raw, rejecting unknown fields
-// and anything after the object.
+// decodeStrict reads one JSON object into raw. It walks the object token
+// by token rather than using json.Unmarshal, whose field matching ignores
+// case ("Capacity" would set capacity) and whose duplicate keys silently
+// overwrite: both would accept configurations the contract calls invalid.
 func decodeStrict(data []byte, raw *rawConfig) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return fieldError("capacity", "required")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(raw); err != nil {
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonError(err)
+	}
+	if tok != json.Delim('{') {
+		return fieldError("json", "the configuration must be a JSON object, got "+tokenKind(tok))
+	}
+	for dec.More() {
+		if err := decodeMember(dec, raw); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -159,27 +172,87 @@ func decodeStrict(data []byte, raw *rawConfig) error {
 	return nil
 }
 
-// jsonError turns encoding/json's errors into field errors. Unknown fields
-// are named in the message only, hence the string handling.
+// decodeMember reads one "name": value pair of the configuration object.
+func decodeMember(dec *json.Decoder, raw *rawConfig) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonError(err)
+	}
+	name, _ := tok.(string) // object keys are always strings
+	dst := raw.field(name)
+	if dst == nil {
+		return fieldError(name, "unknown field")
+	}
+	if *dst != nil {
+		return fieldError(name, "given more than once")
+	}
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+// field returns where the field called exactly name goes, nil if unknown.
+func (r *rawConfig) field(name string) *json.RawMessage {
+	switch name {
+	case "capacity":
+		return &r.Capacity
+	case "cycle":
+		return &r.Cycle
+	case "reservation":
+		return &r.Reservation
+	case "client_header":
+		return &r.ClientHeader
+	case "mode":
+		return &r.Mode
+	case "max_clients":
+		return &r.MaxClients
+	case "idle_cycles":
+		return &r.IdleCycles
+	case "min_cycle":
+		return &r.MinCycle
+	case "failure_mode_deny":
+		return &r.FailureModeDeny
+	case "rate_limit_headers":
+		return &r.RateLimitHeaders
+	case "headers_on_allowed":
+		return &r.HeadersOnAllowed
+	case "status_code":
+		return &r.StatusCode
+	case "max_client_id_bytes":
+		return &r.MaxClientIDBytes
+	case "name":
+		return &r.Name
+	case "debug_headers":
+		return &r.DebugHeaders
+	}
+	return nil
+}
+
+// tokenKind names the JSON type of a top-level token that is not '{'.
+func tokenKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return "a number"
+}
+
+// jsonError turns encoding/json's errors into errors of the "json" field:
+// the document itself is wrong, not one setting.
 func jsonError(err error) error {
 	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
 		return fieldError("json", "malformed at byte "+strconv.FormatInt(syn.Offset, 10)+": "+syn.Error())
-	case errors.As(err, &typ):
-		// Only the top level can have a wrong type: every field is raw.
-		return fieldError("json", "the configuration must be a JSON object, got "+typ.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return fieldError("json", "unexpected end of input")
-	}
-	const unknown = "json: unknown field "
-	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
-		name, uerr := strconv.Unquote(strings.TrimPrefix(msg, unknown))
-		if uerr != nil {
-			name = strings.TrimPrefix(msg, unknown)
-		}
-		return fieldError(name, "unknown field")
 	}
 	return fieldError("json", err.Error())
 }

@@ -1,6 +1,11 @@
+//go:build !wasm
+
+// The SDK's host emulator (proxytest) builds only natively.
+
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
@@ -31,12 +36,24 @@ func eachRunner(t *testing.T, f func(t *testing.T, runner string)) {
 	}
 }
 
-// newVM returns the VM context of a runner. A missing module fails the
-// test: skipping would let the binary Envoy runs go untested.
-func newVM(t testing.TB, runner string) types.VMContext {
+// newVM returns the VM context of a runner for a plugin configuration.
+// A missing module fails the test: skipping would let the binary Envoy runs
+// go untested.
+//
+// Compiling the module takes wazero about a second, and fifteen under the
+// race detector, so wasm tests share one VM, the way Envoy keeps a VM across
+// plugin reconfigurations. The exception is a limit name already started
+// in the shared VM: the VM keeps the metric ids it defined for that name
+// (Envoy's ids live as long as the VM), but every test has a fresh host
+// whose ids start over, so such a test gets a fresh VM. Tests use distinct
+// names to stay fast; correctness does not depend on it.
+func newVM(t testing.TB, runner, pluginConfig string) types.VMContext {
 	t.Helper()
 	if runner == "go" {
 		return &vmContext{}
+	}
+	if shared.vm != nil && !shared.started[limitName(pluginConfig)] {
+		return shared.vm
 	}
 	wasm, err := wasmBytes()
 	if err != nil {
@@ -46,8 +63,37 @@ func newVM(t testing.TB, runner string) types.VMContext {
 	if err != nil {
 		t.Fatalf("loading %s: %v", wasmPath, err)
 	}
-	t.Cleanup(func() { _ = vm.Close() })
+	if shared.vm != nil {
+		_ = shared.vm.Close()
+	}
+	shared.vm, shared.started = vm, map[string]bool{}
 	return vm
+}
+
+// shared is the wasm VM that tests reuse, and the limit names whose
+// plugins started in it.
+var shared struct {
+	vm      proxytest.WasmVMContext
+	started map[string]bool
+}
+
+// markStarted records that a plugin with this configuration started in the
+// VM of the runner.
+func markStarted(runner, pluginConfig string) {
+	if runner == "wasm" && shared.started != nil {
+		shared.started[limitName(pluginConfig)] = true
+	}
+}
+
+// limitName is the "name" field of a plugin configuration, or its default.
+func limitName(pluginConfig string) string {
+	var c struct {
+		Name *string `json:"name"`
+	}
+	if json.Unmarshal([]byte(pluginConfig), &c) != nil || c.Name == nil {
+		return defaultName
+	}
+	return *c.Name
 }
 
 // clockPath is the host property the tests' VM configuration points the
@@ -73,7 +119,7 @@ type host struct {
 func newHost(t testing.TB, runner, pluginConfig string) *host {
 	t.Helper()
 	opt := proxytest.NewEmulatorOption().
-		WithVMContext(newVM(t, runner)).
+		WithVMContext(newVM(t, runner, pluginConfig)).
 		WithVMConfiguration([]byte(testVMConfig)).
 		WithPluginConfiguration([]byte(pluginConfig)).
 		WithProperty(clockPath, []byte(strconv.FormatInt(t0.UnixNano(), 10)))
@@ -95,6 +141,7 @@ func newHost(t testing.TB, runner, pluginConfig string) *host {
 func startHost(t testing.TB, runner, pluginConfig string) *host {
 	t.Helper()
 	h := newHost(t, runner, pluginConfig)
+	markStarted(runner, pluginConfig) // before: a failed start may have defined some
 	if !h.StartPlugin() {
 		t.Fatalf("OnPluginStart failed for %s; error logs: %q", pluginConfig, h.GetErrorLogs())
 	}

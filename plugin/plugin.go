@@ -52,6 +52,7 @@ func (v *vmContext) OnVMStart(size int) (status types.OnVMStartStatus) {
 			status = types.OnVMStartStatusFailed
 		}
 	}()
+	v.vm = vmConfig{}
 	if size == 0 {
 		return types.OnVMStartStatusOK
 	}

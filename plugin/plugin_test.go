@@ -1,3 +1,5 @@
+//go:build !wasm
+
 package main
 
 import (
@@ -58,6 +60,7 @@ func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
 			t.Run(c.field, func(t *testing.T) {
 				h := newHost(t, runner, c.config)
 				if h.StartPlugin() {
+					markStarted(runner, c.config) // its metrics now live in the VM
 					t.Fatalf("OnPluginStart succeeded for %s", c.config)
 				}
 				errs := h.GetErrorLogs()
@@ -75,7 +78,7 @@ func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
 
 func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 3, "cycle": "10s"}`)
+		h := startHost(t, runner, `{"capacity": 3, "cycle": "10s", "name": "over"}`)
 		for i := 0; i < 3; i++ {
 			r := h.from("alice")
 			if !r.admitted() {
@@ -112,11 +115,11 @@ func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 
 func TestIETFHeaders(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 2, "cycle": "1500ms", "rate_limit_headers": "ietf", "name": "api", "status_code": 503}`)
+		h := startHost(t, runner, `{"capacity": 2, "cycle": "1500ms", "rate_limit_headers": "ietf", "name": "ietf_api", "status_code": 503}`)
 		r := h.from("bob")
 		checkHeaders(t, r.headers, map[string]string{
-			"ratelimit-policy": `"api";q=2;w=2`, // 1.5 s cycle, rounded up
-			"ratelimit":        `"api";r=1;t=2`,
+			"ratelimit-policy": `"ietf_api";q=2;w=2`, // 1.5 s cycle, rounded up
+			"ratelimit":        `"ietf_api";r=1;t=2`,
 		})
 		if _, ok := r.headers["x-ratelimit-limit"]; ok {
 			t.Error("x-ratelimit headers sent in ietf style")
@@ -128,8 +131,8 @@ func TestIETFHeaders(t *testing.T) {
 			t.Fatalf("third request: local reply %+v, want status 503", r.local)
 		}
 		checkHeaders(t, r.headers, map[string]string{
-			"ratelimit-policy": `"api";q=2;w=2`,
-			"ratelimit":        `"api";r=0;t=1`,
+			"ratelimit-policy": `"ietf_api";q=2;w=2`,
+			"ratelimit":        `"ietf_api";r=0;t=1`,
 			"retry-after":      "1",
 		})
 	})
@@ -137,8 +140,8 @@ func TestIETFHeaders(t *testing.T) {
 
 func TestNoRateLimitHeadersWhenDisabled(t *testing.T) {
 	configs := []string{
-		`{"capacity": 5, "cycle": "10s", "headers_on_allowed": false}`,
-		`{"capacity": 5, "cycle": "10s", "rate_limit_headers": "none"}`,
+		`{"capacity": 5, "cycle": "10s", "headers_on_allowed": false, "name": "quiet"}`,
+		`{"capacity": 5, "cycle": "10s", "rate_limit_headers": "none", "name": "none"}`,
 	}
 	eachRunner(t, func(t *testing.T, runner string) {
 		for i, cfg := range configs {
@@ -168,7 +171,7 @@ func TestAnonymousRequests(t *testing.T) {
 		"long padded": {{"x-client-id", "\t" + strings.Repeat("y", 17) + " "}},
 	}
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "max_client_id_bytes": 16, "debug_headers": true}`)
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "max_client_id_bytes": 16, "debug_headers": true, "name": "anon"}`)
 		for name, headers := range cases {
 			r := h.request(headers...)
 			if r.local == nil {
@@ -194,7 +197,7 @@ func TestAnonymousRequests(t *testing.T) {
 		if r := h.from("  " + strings.Repeat("z", 16) + "\t"); !r.admitted() {
 			t.Errorf("a 16-byte id was rejected: %+v", r.local)
 		}
-		if got := h.counter("borrowcycle.default.requests_rejected.anonymous"); got != uint64(len(cases)) {
+		if got := h.counter("borrowcycle.anon.requests_rejected.anonymous"); got != uint64(len(cases)) {
 			t.Errorf("requests_rejected.anonymous = %d, want %d", got, len(cases))
 		}
 	})
@@ -208,7 +211,7 @@ func TestBorrowingAcrossCycles(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		// min_cycle = cycle: newcomers wait for the deadline, so every cycle
 		// is a full one and demand is not rescaled.
-		h := startHost(t, runner, `{"capacity": 40, "cycle": "10s", "min_cycle": "10s", "debug_headers": true}`)
+		h := startHost(t, runner, `{"capacity": 40, "cycle": "10s", "min_cycle": "10s", "name": "borrow"}`)
 		if r := h.from("a"); !r.admitted() {
 			t.Fatalf("first client rejected: %+v", r.local)
 		}
@@ -250,7 +253,7 @@ func TestBorrowingAcrossCycles(t *testing.T) {
 
 func TestPassthroughAdmitsAndCounts(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 2, "cycle": "10s", "mode": "passthrough"}`)
+		h := startHost(t, runner, `{"capacity": 2, "cycle": "10s", "mode": "passthrough", "name": "pass"}`)
 		for i := 0; i < 5; i++ {
 			r := h.from("erin")
 			if !r.admitted() {
@@ -277,7 +280,7 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 			"requests_rejected.anonymous":         0,
 			"requests_rejected.pending":           0,
 		} {
-			if got := h.counter("borrowcycle.default." + name); got != want {
+			if got := h.counter("borrowcycle.pass." + name); got != want {
 				t.Errorf("%s = %d, want %d", name, got, want)
 			}
 		}
@@ -286,7 +289,7 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 
 func TestHostileHeadersLeaveServiceIntact(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 100000, "cycle": "10s", "max_clients": 64}`)
+		h := startHost(t, runner, `{"capacity": 100000, "cycle": "10s", "max_clients": 64, "name": "hostile"}`)
 		if r := h.from("good"); !r.admitted() {
 			t.Fatalf("existing client rejected: %+v", r.local)
 		}
@@ -312,13 +315,13 @@ func TestHostileHeadersLeaveServiceIntact(t *testing.T) {
 		for i := 0; i < 10000; i++ {
 			h.from("flood-" + strconv.Itoa(i))
 		}
-		if got := h.counter("borrowcycle.default.requests_rejected.table_full"); got == 0 {
+		if got := h.counter("borrowcycle.hostile.requests_rejected.table_full"); got == 0 {
 			t.Error("10k distinct ids never filled a 64-client table")
 		}
 		if n := h.admittedOf("good", 50); n != 50 {
 			t.Errorf("existing client admitted %d of 50 after the flood", n)
 		}
-		if got := h.counter("borrowcycle.default.panics"); got != 0 {
+		if got := h.counter("borrowcycle.hostile.panics"); got != 0 {
 			t.Errorf("panics = %d", got)
 		}
 	})
@@ -369,7 +372,7 @@ func TestMetricValues(t *testing.T) {
 
 func TestDebugHeaderNamesTheCycle(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 1, "cycle": "10s", "debug_headers": true}`)
+		h := startHost(t, runner, `{"capacity": 1, "cycle": "10s", "debug_headers": true, "name": "debug"}`)
 		first := h.from("a").headers["x-borrowcycle-cycle"]
 		rejected := h.from("a")
 		if rejected.local == nil || rejected.headers["x-borrowcycle-cycle"] != first || first == "" {
@@ -385,10 +388,10 @@ func TestDebugHeaderNamesTheCycle(t *testing.T) {
 
 func TestCorruptSharedStateIsReset(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
-		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s"}`)
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "name": "corrupt"}`)
 		h.from("a")
 		// The test host's shared data is the plugin's, in both runners.
-		corruptSharedData(t, "borrowcycle/default/h")
+		corruptSharedData(t, "borrowcycle/corrupt/h")
 		h.advance(10 * time.Second)
 		if r := h.from("a"); !r.admitted() {
 			t.Fatalf("request after corruption rejected: %+v", r.headers)

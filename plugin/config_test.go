@@ -1,0 +1,185 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+// base is the smallest valid configuration; cases add one field to it.
+const base = `"capacity": 100, "cycle": "10s"`
+
+func withField(field string) string { return `{` + base + `, ` + field + `}` }
+
+func TestParseConfigDefaults(t *testing.T) {
+	cfg, err := parseConfig([]byte(`{` + base + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.Defaults(100, 10*time.Second)
+	want.KeyPrefix = "borrowcycle/default"
+	if cfg.Engine != want {
+		t.Errorf("engine config = %+v, want %+v", cfg.Engine, want)
+	}
+	if cfg.ClientHeader != "x-client-id" || cfg.Passthrough || !cfg.HeadersOnAllowed ||
+		cfg.RateLimitHeaders != styleXRateLimit || cfg.StatusCode != 429 || cfg.MaxClientIDBytes != 256 ||
+		cfg.Name != "default" || cfg.DebugHeaders {
+		t.Errorf("plugin defaults wrong: %+v", cfg)
+	}
+}
+
+func TestParseConfigEveryField(t *testing.T) {
+	cfg, err := parseConfig([]byte(`{
+		"capacity": 1000, "cycle": "1m", "reservation": 0.25, "client_header": "X-Tenant",
+		"mode": "passthrough", "max_clients": 65535, "idle_cycles": 7, "min_cycle": "1m",
+		"failure_mode_deny": true, "rate_limit_headers": "ietf", "headers_on_allowed": false,
+		"status_code": 503, "max_client_id_bytes": 4096, "name": "api_v2", "debug_headers": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Engine
+	if e.Capacity != 1000 || e.Cycle != time.Minute || e.Reservation != 0.25 || e.MaxClients != 65535 ||
+		e.IdleCycles != 7 || e.MinCycle != time.Minute || !e.FailureModeDeny || !e.Passthrough ||
+		e.KeyPrefix != "borrowcycle/api_v2" {
+		t.Errorf("engine config = %+v", e)
+	}
+	if cfg.ClientHeader != "x-tenant" || !cfg.Passthrough || cfg.HeadersOnAllowed || cfg.RateLimitHeaders != styleIETF ||
+		cfg.StatusCode != 503 || cfg.MaxClientIDBytes != 4096 || cfg.Name != "api_v2" || !cfg.DebugHeaders {
+		t.Errorf("plugin config = %+v", cfg)
+	}
+}
+
+func TestParseConfigBoundsAccepted(t *testing.T) {
+	for _, field := range []string{
+		`"reservation": 0`, `"reservation": 1`, `"max_clients": 1`, `"idle_cycles": 1`,
+		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"status_code": 400`, `"status_code": 599`,
+		`"max_client_id_bytes": 1`, `"rate_limit_headers": "none"`, `"mode": "enforce"`,
+		`"name": "` + strings.Repeat("z", 64) + `"`, `"client_header": "x_id.v2~"`,
+	} {
+		if _, err := parseConfig([]byte(withField(field))); err != nil {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+	if cfg, err := parseConfig([]byte(`{"capacity": 1099511627776, "cycle": "1h"}`)); err != nil || cfg.Engine.MinCycle != 6*time.Minute {
+		t.Errorf("largest capacity and cycle: %+v, %v", cfg.Engine, err)
+	}
+	// A cycle too short for a tenth of it still gets a usable min_cycle.
+	if cfg, err := parseConfig([]byte(`{"capacity": 1, "cycle": "5ns"}`)); err != nil || cfg.Engine.MinCycle != 1 {
+		t.Errorf("5ns cycle: min_cycle %v, %v", cfg.Engine.MinCycle, err)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	cases := []struct {
+		config string
+		want   string // the whole error text: field, then reason
+	}{
+		// Document-level errors.
+		{``, `capacity: required`},
+		{`  `, `capacity: required`},
+		{`{}`, `capacity: required`},
+		{`null`, `json: the configuration must be a JSON object, got null`},
+		{`[1]`, `json: the configuration must be a JSON object, got an array`},
+		{`"x"`, `json: the configuration must be a JSON object, got a string`},
+		{`7`, `json: the configuration must be a JSON object, got a number`},
+		{`{"capacity": 1, "capacity": 2, "cycle": "1s"}`, `capacity: given more than once`},
+		{`{"capacity": 1,`, `json: unexpected end of input`},
+		{`{"capacity": 1 "cycle": "1s"}`, `json: malformed at byte 15: invalid character '"' after object key:value pair`},
+		{`{` + base + `} {}`, `json: unexpected data after the configuration object`},
+		{withField(`"burst": 1`), `burst: unknown field`},
+		{withField(`"Capacity": 1`), `Capacity: unknown field`},
+		// capacity
+		{`{"cycle": "1s"}`, `capacity: required`},
+		{`{"capacity": null, "cycle": "1s"}`, `capacity: must be a number, got null`},
+		{`{"capacity": "5", "cycle": "1s"}`, `capacity: must be a number, got a string`},
+		{`{"capacity": 0, "cycle": "1s"}`, `capacity: must be an integer in [1, 1099511627776], got 0`},
+		{`{"capacity": -3, "cycle": "1s"}`, `capacity: must be an integer in [1, 1099511627776], got -3`},
+		{`{"capacity": 1.5, "cycle": "1s"}`, `capacity: must be an integer in [1, 1099511627776], got 1.5`},
+		{`{"capacity": 1e3, "cycle": "1s"}`, `capacity: must be an integer in [1, 1099511627776], got 1e3`},
+		{`{"capacity": 1099511627777, "cycle": "1s"}`, `capacity: must be an integer in [1, 1099511627776], got 1099511627777`},
+		{`{"capacity": 99999999999999999999, "cycle": "1s"}`, `capacity: must be an integer in [1, 1099511627776], got 99999999999999999999`},
+		// cycle
+		{`{"capacity": 1}`, `cycle: required`},
+		{`{"capacity": 1, "cycle": 10}`, `cycle: must be a string, got a number`},
+		{`{"capacity": 1, "cycle": "abc"}`, `cycle: invalid duration "abc"`},
+		{`{"capacity": 1, "cycle": "10"}`, `cycle: invalid duration "10"`},
+		{`{"capacity": 1, "cycle": "0s"}`, `cycle: must be in (0s, 1h0m0s], got 0s`},
+		{`{"capacity": 1, "cycle": "-1s"}`, `cycle: must be in (0s, 1h0m0s], got -1s`},
+		{`{"capacity": 1, "cycle": "1h0m1s"}`, `cycle: must be in (0s, 1h0m0s], got 1h0m1s`},
+		// The others, each alone on a valid base.
+		{withField(`"reservation": -0.1`), `reservation: must be a number in [0, 1], got -0.1`},
+		{withField(`"reservation": 1.01`), `reservation: must be a number in [0, 1], got 1.01`},
+		{withField(`"reservation": "0.5"`), `reservation: must be a number, got a string`},
+		{withField(`"client_header": ""`), `client_header: must be an HTTP header name of 1 to 256 token characters, got ""`},
+		{withField(`"client_header": "x client"`), `client_header: must be an HTTP header name of 1 to 256 token characters, got "x client"`},
+		{withField(`"client_header": ":authority"`), `client_header: must be an HTTP header name of 1 to 256 token characters, got ":authority"`},
+		{withField(`"client_header": 5`), `client_header: must be a string, got a number`},
+		{withField(`"mode": "shadow"`), `mode: must be one of "enforce", "passthrough", got "shadow"`},
+		{withField(`"mode": "Enforce"`), `mode: must be one of "enforce", "passthrough", got "Enforce"`},
+		{withField(`"mode": true`), `mode: must be a string, got a boolean`},
+		{withField(`"max_clients": 0`), `max_clients: must be an integer in [1, 65535], got 0`},
+		{withField(`"max_clients": 65536`), `max_clients: must be an integer in [1, 65535], got 65536`},
+		{withField(`"max_clients": [1]`), `max_clients: must be a number, got an array`},
+		{withField(`"idle_cycles": 0`), `idle_cycles: must be an integer in [1, 65536], got 0`},
+		{withField(`"idle_cycles": 65537`), `idle_cycles: must be an integer in [1, 65536], got 65537`},
+		{withField(`"min_cycle": "0s"`), `min_cycle: must be in (0s, 10s], got 0s`},
+		{withField(`"min_cycle": "11s"`), `min_cycle: must be in (0s, 10s], got 11s`},
+		{withField(`"min_cycle": "soon"`), `min_cycle: invalid duration "soon"`},
+		{withField(`"failure_mode_deny": "true"`), `failure_mode_deny: must be a boolean, got a string`},
+		{withField(`"failure_mode_deny": 1`), `failure_mode_deny: must be a boolean, got a number`},
+		{withField(`"rate_limit_headers": "draft-7"`), `rate_limit_headers: must be one of "x-ratelimit", "ietf", "none", got "draft-7"`},
+		{withField(`"headers_on_allowed": null`), `headers_on_allowed: must be a boolean, got null`},
+		{withField(`"status_code": 399`), `status_code: must be an integer in [400, 599], got 399`},
+		{withField(`"status_code": 600`), `status_code: must be an integer in [400, 599], got 600`},
+		{withField(`"status_code": "429"`), `status_code: must be a number, got a string`},
+		{withField(`"max_client_id_bytes": 0`), `max_client_id_bytes: must be an integer in [1, 4096], got 0`},
+		{withField(`"max_client_id_bytes": 4097`), `max_client_id_bytes: must be an integer in [1, 4096], got 4097`},
+		{withField(`"name": ""`), `name: must match [a-z0-9_]{1,64}, got ""`},
+		{withField(`"name": "Api"`), `name: must match [a-z0-9_]{1,64}, got "Api"`},
+		{withField(`"name": "a.b"`), `name: must match [a-z0-9_]{1,64}, got "a.b"`},
+		{withField(`"name": "` + strings.Repeat("z", 65) + `"`), `name: must match [a-z0-9_]{1,64}, got "` + strings.Repeat("z", 65) + `"`},
+		{withField(`"debug_headers": {}`), `debug_headers: must be a boolean, got an object`},
+		// Several errors: the first field in the contract's order wins.
+		{`{"capacity": 1, "cycle": "1s", "status_code": 1, "reservation": 9}`, `reservation: must be a number in [0, 1], got 9`},
+	}
+	for _, c := range cases {
+		_, err := parseConfig([]byte(c.config))
+		if err == nil {
+			t.Errorf("%s: no error, want %q", c.config, c.want)
+			continue
+		}
+		var ce *configError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: error %T is not a configError", c.config, err)
+		}
+		if err.Error() != c.want {
+			t.Errorf("%s:\n got  %q\n want %q", c.config, err.Error(), c.want)
+		}
+	}
+}
+
+func TestFromEngineErrorMapsFieldNames(t *testing.T) {
+	err := fromEngineError(&engine.FieldError{Field: "key_prefix", Reason: "too long"})
+	if err.Error() != "name: too long" {
+		t.Errorf("key_prefix error = %q, want it reported as name", err)
+	}
+	err = fromEngineError(&engine.FieldError{Field: "min_cycle", Reason: "bad"})
+	if err.Error() != "min_cycle: bad" {
+		t.Errorf("min_cycle error = %q", err)
+	}
+}
+
+func TestParseVMConfig(t *testing.T) {
+	if c, err := parseVMConfig([]byte(`{"clock_property": "a.b"}`)); err != nil || c.ClockProperty != "a.b" {
+		t.Errorf("clock_property: %+v, %v", c, err)
+	}
+	if c, err := parseVMConfig(nil); err != nil || c != (vmConfig{}) {
+		t.Errorf("empty: %+v, %v", c, err)
+	}
+	if _, err := parseVMConfig([]byte(`{"clock": "a"}`)); err == nil {
+		t.Error("unknown VM configuration field accepted")
+	}
+}
