@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -142,52 +142,41 @@ func fromEngineError(err error) error {
 	return fieldError(field, fe.Reason)
 }
 
-// decodeStrict reads one JSON object into raw. It walks the object token
-// by token rather than using json.Unmarshal, whose field matching ignores
-// case ("Capacity" would set capacity) and whose duplicate keys silently
-// overwrite: both would accept configurations the contract calls invalid.
+// decodeStrict reads one JSON object into raw. Field names must match
+// exactly: json.Unmarshal into a struct would match them ignoring case
+// ("Capacity" setting capacity), so the object is read as a map and each
+// key looked up. A key given twice keeps its last value, as encoding/json
+// does.
+//
+// json.Decoder is avoided on purpose: its io.Reader call keeps every Read
+// method reachable, which links the WASI import fd_read, and Envoy provides
+// only a fixed set of WASI functions.
 func decodeStrict(data []byte, raw *rawConfig) error {
-	if len(bytes.TrimSpace(data)) == 0 {
+	trimmed := bytes.TrimSpace(data)
+	switch {
+	case len(trimmed) == 0:
 		return fieldError("capacity", "required")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return jsonError(err)
-	}
-	if tok != json.Delim('{') {
-		return fieldError("json", "the configuration must be a JSON object, got "+tokenKind(tok))
-	}
-	for dec.More() {
-		if err := decodeMember(dec, raw); err != nil {
-			return err
+	case trimmed[0] != '{':
+		if !json.Valid(trimmed) {
+			return jsonError(json.Unmarshal(trimmed, new(any)))
 		}
+		return fieldError("json", "the configuration must be a JSON object, got "+jsonKind(trimmed))
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &members); err != nil {
 		return jsonError(err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fieldError("json", "unexpected data after the configuration object")
+	names := make([]string, 0, len(members))
+	for name := range members {
+		names = append(names, name)
 	}
-	return nil
-}
-
-// decodeMember reads one "name": value pair of the configuration object.
-func decodeMember(dec *json.Decoder, raw *rawConfig) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return jsonError(err)
-	}
-	name, _ := tok.(string) // object keys are always strings
-	dst := raw.field(name)
-	if dst == nil {
-		return fieldError(name, "unknown field")
-	}
-	if *dst != nil {
-		return fieldError(name, "given more than once")
-	}
-	if err := dec.Decode(dst); err != nil {
-		return jsonError(err)
+	sort.Strings(names) // several unknown fields: report the same one every time
+	for _, name := range names {
+		dst := raw.field(name)
+		if dst == nil {
+			return fieldError(name, "unknown field")
+		}
+		*dst = members[name]
 	}
 	return nil
 }
@@ -229,21 +218,6 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 	return nil
 }
 
-// tokenKind names the JSON type of a top-level token that is not '{'.
-func tokenKind(tok json.Token) string {
-	switch tok.(type) {
-	case json.Delim:
-		return "an array"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
-	}
-	return "a number"
-}
-
 // jsonError turns encoding/json's errors into errors of the "json" field:
 // the document itself is wrong, not one setting.
 func jsonError(err error) error {
@@ -251,8 +225,6 @@ func jsonError(err error) error {
 	switch {
 	case errors.As(err, &syn):
 		return fieldError("json", "malformed at byte "+strconv.FormatInt(syn.Offset, 10)+": "+syn.Error())
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return fieldError("json", "unexpected end of input")
 	}
 	return fieldError("json", err.Error())
 }

@@ -73,9 +73,18 @@ func parseVMConfig(data []byte) (vmConfig, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return c, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	// Not json.Decoder with DisallowUnknownFields: see decodeStrict on
+	// fd_read. Unknown fields are found by decoding into a map as well.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return vmConfig{}, err
+	}
+	for name := range fields {
+		if name != "clock_property" && name != "memory_property" {
+			return vmConfig{}, fmt.Errorf("unknown field %q", name)
+		}
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
 		return vmConfig{}, err
 	}
 	return c, nil
@@ -231,6 +240,7 @@ type httpContext struct {
 // the request.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	p := h.plugin
+	h.decided, h.replied = false, false // the SDK's emulator may reuse a context
 	if p.limiter == nil {
 		return types.ActionContinue // not started: Envoy would not run the filter
 	}
