@@ -9,7 +9,13 @@
 //
 // It prints requests per second and p50/p99 latency of each, and the
 // plugin's ratios against both baselines. Load stays on 127.0.0.1 and each
-// measurement is bounded in time. Usage (make bench-envoy):
+// measurement is bounded in time.
+//
+// All Envoys run side by side (an idle Envoy costs nothing) and the load
+// visits them in short interleaved slices, in a rotating order: on a shared
+// machine, whatever else runs then slows every configuration alike instead
+// of whichever had the bad minute. Each figure is the median over slices.
+// Usage (make bench-envoy):
 //
 //	BORROWCYCLE_ENVOY=build/envoy go run ./tools/loadcompare -wasm build/borrowcycle.wasm
 package main
@@ -45,7 +51,7 @@ type options struct {
 	connections int
 	concurrency int
 	logDir      string
-	rounds      int
+	slice       time.Duration
 }
 
 func main() {
@@ -53,12 +59,12 @@ func main() {
 	flag.StringVar(&o.envoy, "envoy", os.Getenv("BORROWCYCLE_ENVOY"), "Envoy binary (default $BORROWCYCLE_ENVOY)")
 	flag.StringVar(&o.wasm, "wasm", "", "the plugin module (build/borrowcycle.wasm)")
 	flag.StringVar(&o.noop, "noop", "", "the noop module; default noop.wasm next to -wasm, skipped when absent")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per configuration")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured load per configuration, in slices")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each measurement")
 	flag.IntVar(&o.connections, "connections", 16, "client connections, each with one request in flight")
 	flag.IntVar(&o.concurrency, "concurrency", 2, "Envoy worker threads (--concurrency)")
 	flag.StringVar(&o.logDir, "logs", "", "directory for the Envoy configs and logs (default a temporary one)")
-	flag.IntVar(&o.rounds, "rounds", 1, "measure every configuration this many times, interleaved, and report the medians")
+	flag.DurationVar(&o.slice, "slice", 500*time.Millisecond, "length of one interleaved load slice")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadcompare:", err)
@@ -117,37 +123,72 @@ func run(o options) error {
 	variants = append(variants, variant{"borrowcycle", wasmSetup(o.wasm, benchPluginConfig)})
 
 	printMachine(o)
-	// Rounds interleave the configurations, so that a slow minute on a
-	// shared machine hits all of them rather than one.
-	rounds := make([][]measurement, len(variants))
-	for r := 1; r <= max(1, o.rounds); r++ {
-		for i, v := range variants {
-			m, err := measure(o, v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", v.name, err)
+	envoys := make([]*envoyrun.Envoy, len(variants))
+	for i, v := range variants {
+		e, err := startVariant(o, v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		defer e.Stop()
+		envoys[i] = e
+	}
+	for i, e := range envoys {
+		if o.warmup > 0 {
+			if _, err := load(e.URL, o.connections, o.warmup); err != nil {
+				return fmt.Errorf("%s: warm-up: %w", variants[i].name, err)
 			}
-			fmt.Printf("  round %d  %-16s %9.0f req/s  p50 %8s  p99 %8s  (%d requests)\n", r, m.name, m.qps, m.p50, m.p99, m.requests)
-			rounds[i] = append(rounds[i], m)
+		}
+	}
+
+	slices := max(1, int(o.duration/o.slice))
+	perVariant := make([][]measurement, len(variants))
+	for s := 0; s < slices; s++ {
+		for k := range variants {
+			i := (k + s) % len(variants) // rotate who goes first
+			res, err := load(envoys[i].URL, o.connections, o.slice)
+			if err != nil {
+				return fmt.Errorf("%s: %w", variants[i].name, err)
+			}
+			m, err := summarize(variants[i].name, res)
+			if err != nil {
+				return err
+			}
+			perVariant[i] = append(perVariant[i], m)
 		}
 	}
 	results := make([]measurement, len(variants))
-	for i, ms := range rounds {
+	for i, ms := range perVariant {
+		if !envoys[i].Alive() {
+			return fmt.Errorf("%s: envoy exited during the load; log %s", variants[i].name, envoys[i].LogPath)
+		}
 		results[i] = median(ms)
+		fmt.Printf("  %-16s slices: %s\n", variants[i].name, sliceRates(ms))
 	}
-	printTable(results)
+	printTable(results, perVariant)
 	return nil
 }
 
-// median takes the median of each figure separately over the rounds.
-func median(ms []measurement) measurement {
-	mid := func(vals []float64) float64 {
-		sort.Float64s(vals)
-		n := len(vals)
-		if n%2 == 1 {
-			return vals[n/2]
-		}
-		return (vals[n/2-1] + vals[n/2]) / 2
+// sliceRates lists the requests per second of each slice, to show the noise.
+func sliceRates(ms []measurement) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%.0f", m.qps)
 	}
+	return strings.Join(parts, " ")
+}
+
+// medianOf returns the median of vals (which it sorts).
+func medianOf(vals []float64) float64 {
+	sort.Float64s(vals)
+	n := len(vals)
+	if n%2 == 1 {
+		return vals[n/2]
+	}
+	return (vals[n/2-1] + vals[n/2]) / 2
+}
+
+// median takes the median of each figure separately over the slices.
+func median(ms []measurement) measurement {
 	var qps, p50, p99 []float64
 	var total int64
 	for _, m := range ms {
@@ -158,9 +199,9 @@ func median(ms []measurement) measurement {
 	}
 	return measurement{
 		name:     ms[0].name,
-		qps:      mid(qps),
-		p50:      time.Duration(mid(p50)),
-		p99:      time.Duration(mid(p99)),
+		qps:      medianOf(qps),
+		p50:      time.Duration(medianOf(p50)),
+		p99:      time.Duration(medianOf(p99)),
 		requests: total,
 	}
 }
@@ -200,36 +241,18 @@ func localRateLimitFilter() map[string]any {
 	}
 }
 
-// measure starts Envoy with the variant, warms it up, and loads it.
-func measure(o options, v variant) (measurement, error) {
+// startVariant starts an Envoy on the shipped bootstrap changed for v.
+func startVariant(o options, v variant) (*envoyrun.Envoy, error) {
 	b, err := envoyrun.DefaultBootstrap()
 	if err != nil {
-		return measurement{}, err
+		return nil, err
 	}
 	if err := v.setup(b); err != nil {
-		return measurement{}, err
+		return nil, err
 	}
-	e, err := envoyrun.Start(context.Background(), envoyrun.Options{
+	return envoyrun.Start(context.Background(), envoyrun.Options{
 		Envoy: o.envoy, Bootstrap: b, Concurrency: o.concurrency, Dir: o.logDir, Name: v.name,
 	})
-	if err != nil {
-		return measurement{}, err
-	}
-	defer e.Stop()
-
-	if o.warmup > 0 {
-		if _, err := load(e.URL, o.connections, o.warmup); err != nil {
-			return measurement{}, fmt.Errorf("warm-up: %w", err)
-		}
-	}
-	res, err := load(e.URL, o.connections, o.duration)
-	if err != nil {
-		return measurement{}, err
-	}
-	if !e.Alive() {
-		return measurement{}, fmt.Errorf("envoy exited during the load; log %s", e.LogPath)
-	}
-	return summarize(v.name, res)
 }
 
 // load runs fortio at its maximum rate: connections goroutines, each with
@@ -281,20 +304,34 @@ func summarize(name string, res *fhttp.HTTPRunnerResults) (measurement, error) {
 	return m, nil
 }
 
-// printTable prints every variant and the ratios of the plugin against
-// each baseline: throughput as a fraction, latency as a multiple.
-func printTable(ms []measurement) {
-	plugin := ms[len(ms)-1]
+// printTable prints every variant's medians and the plugin's ratios
+// against each row. The ratios are paired: slice s of the plugin against
+// slice s of the row, which ran moments apart, and then the median over s.
+// That cancels the background load that drifts from slice to slice, which
+// a ratio of medians would not.
+func printTable(results []measurement, perVariant [][]measurement) {
+	last := len(results) - 1
+	plugin := perVariant[last]
 	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "config\treq/s\tp50\tp99\tborrowcycle req/s ratio\tborrowcycle p50 ratio\tborrowcycle p99 ratio\t")
-	for _, m := range ms {
+	fmt.Fprintln(w, "config\treq/s\tp50\tp99\tborrowcycle/row req/s\tborrowcycle/row p50\tborrowcycle/row p99\t")
+	for i, m := range results {
+		rows := perVariant[i]
+		ratio := func(f func(measurement) float64) float64 {
+			r := make([]float64, 0, len(rows))
+			for s := range rows {
+				r = append(r, f(plugin[s])/f(rows[s]))
+			}
+			return medianOf(r)
+		}
 		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%.3f\t%.2f\t%.2f\t\n", m.name, m.qps, m.p50, m.p99,
-			plugin.qps/m.qps, plugin.p50.Seconds()/m.p50.Seconds(), plugin.p99.Seconds()/m.p99.Seconds())
+			ratio(func(m measurement) float64 { return m.qps }),
+			ratio(func(m measurement) float64 { return m.p50.Seconds() }),
+			ratio(func(m measurement) float64 { return m.p99.Seconds() }))
 	}
 	w.Flush()
-	fmt.Println("\nratio = borrowcycle / that row (req/s below 1 and latency above 1 are the plugin's cost);")
-	fmt.Println("with several rounds every figure is the median over the rounds")
+	fmt.Println("\nfigures: medians over the slices. ratios: median over slices of borrowcycle/row in the same slice")
+	fmt.Println("(req/s below 1 and latency above 1 are the plugin's cost)")
 }
 
 // printMachine says what the figures were measured on.
@@ -315,7 +352,7 @@ func printMachine(o options) {
 	version, _ := exec.Command(o.envoy, "--version").Output()
 	fmt.Printf("machine: %s, %d CPUs, %s/%s, load average %s\n", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, load)
 	fmt.Printf("envoy:   %s", strings.TrimSpace(string(version)))
-	fmt.Printf("\nload:    fortio (library), %d connections at max rate, %s each after %s warm-up, Envoy --concurrency %d, client and Envoy share the machine\n",
-		o.connections, o.duration, o.warmup, o.concurrency)
+	fmt.Printf("\nload:    fortio (library), %d connections at max rate, %s per configuration in %s slices (interleaved) after %s warm-up,\n         Envoy --concurrency %d, client and Envoys share the machine\n",
+		o.connections, o.duration, o.slice, o.warmup, o.concurrency)
 	fmt.Printf("plugin:  %s (one client id)\n\n", benchPluginConfig)
 }
