@@ -123,49 +123,72 @@ func run(o options) error {
 	variants = append(variants, variant{"borrowcycle", wasmSetup(o.wasm, benchPluginConfig)})
 
 	printMachine(o)
-	envoys := make([]*envoyrun.Envoy, len(variants))
-	for i, v := range variants {
-		e, err := startVariant(o, v)
-		if err != nil {
-			return fmt.Errorf("%s: %w", v.name, err)
+	envoys, err := startAll(o, variants)
+	defer func() {
+		for _, e := range envoys {
+			e.Stop()
 		}
-		defer e.Stop()
-		envoys[i] = e
+	}()
+	if err != nil {
+		return err
 	}
-	for i, e := range envoys {
-		if o.warmup > 0 {
-			if _, err := load(e.URL, o.connections, o.warmup); err != nil {
-				return fmt.Errorf("%s: warm-up: %w", variants[i].name, err)
-			}
-		}
-	}
-
-	slices := max(1, int(o.duration/o.slice))
-	perVariant := make([][]measurement, len(variants))
-	for s := 0; s < slices; s++ {
-		for k := range variants {
-			i := (k + s) % len(variants) // rotate who goes first
-			res, err := load(envoys[i].URL, o.connections, o.slice)
-			if err != nil {
-				return fmt.Errorf("%s: %w", variants[i].name, err)
-			}
-			m, err := summarize(variants[i].name, res)
-			if err != nil {
-				return err
-			}
-			perVariant[i] = append(perVariant[i], m)
-		}
+	perVariant, err := interleave(o, variants, envoys)
+	if err != nil {
+		return err
 	}
 	results := make([]measurement, len(variants))
 	for i, ms := range perVariant {
-		if !envoys[i].Alive() {
-			return fmt.Errorf("%s: envoy exited during the load; log %s", variants[i].name, envoys[i].LogPath)
-		}
 		results[i] = median(ms)
 		fmt.Printf("  %-16s slices: %s\n", variants[i].name, sliceRates(ms))
 	}
 	printTable(results, perVariant)
 	return nil
+}
+
+// startAll starts one Envoy per variant and warms each up. It returns the
+// Envoys started so far even on error, for the caller to stop.
+func startAll(o options, variants []variant) ([]*envoyrun.Envoy, error) {
+	var envoys []*envoyrun.Envoy
+	for _, v := range variants {
+		e, err := startVariant(o, v)
+		if err != nil {
+			return envoys, fmt.Errorf("%s: %w", v.name, err)
+		}
+		envoys = append(envoys, e)
+		if o.warmup > 0 {
+			if _, err := load(e.URL, o.connections, o.warmup); err != nil {
+				return envoys, fmt.Errorf("%s: warm-up: %w", v.name, err)
+			}
+		}
+	}
+	return envoys, nil
+}
+
+// interleave loads the Envoys slice by slice, rotating which goes first,
+// and returns each variant's slices in time order.
+func interleave(o options, variants []variant, envoys []*envoyrun.Envoy) ([][]measurement, error) {
+	n := max(1, int(o.duration/o.slice))
+	perVariant := make([][]measurement, len(variants))
+	for s := 0; s < n; s++ {
+		for k := range variants {
+			i := (k + s) % len(variants)
+			res, err := load(envoys[i].URL, o.connections, o.slice)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", variants[i].name, err)
+			}
+			m, err := summarize(variants[i].name, res)
+			if err != nil {
+				return nil, err
+			}
+			perVariant[i] = append(perVariant[i], m)
+		}
+	}
+	for i, e := range envoys {
+		if !e.Alive() {
+			return nil, fmt.Errorf("%s: envoy exited during the load; log %s", variants[i].name, e.LogPath)
+		}
+	}
+	return perVariant, nil
 }
 
 // sliceRates lists the requests per second of each slice, to show the noise.
