@@ -62,7 +62,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 		cycle:       cur.cycle + 1,
 		start:       now,
 		deadline:    now + int64(cfg.Cycle),
-		early:       len(cur.clients) > 0 && now < cur.deadline && now >= cur.start && cur.fingerprint == fp,
+		early:       startedEarly(cur, joiners, now, fp),
 		clients:     make([]clientEntry, len(cur.clients), cfg.MaxClients),
 	}
 	copy(next.clients, cur.clients)
@@ -82,7 +82,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 			d = demand[slot]
 		}
 		if d > 0 {
-			c.idle = satAdd16(0, passed-1) // its demand fell in the first Cycle
+			c.idle = satAdd16(0, max(passed-1, 0)) // its demand fell in the first Cycle
 		} else {
 			c.idle = satAdd16(c.idle, passed)
 		}
@@ -125,8 +125,18 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 	return next
 }
 
+// startedEarly reports whether the next cycle is started by newcomers
+// rather than by cur's deadline: before that deadline, or from an empty
+// table (the very first cycle included).
+func startedEarly(cur *header, joiners []uint64, now int64, fp uint64) bool {
+	if len(cur.clients) == 0 {
+		return len(joiners)+len(cur.pending) > 0
+	}
+	return now < cur.deadline && now >= cur.start && cur.fingerprint == fp
+}
+
 // demandScale returns the factor that turns cur's demand into a full-cycle
-// rate, and how many cycles' worth of time cur spanned (for idle counting).
+// rate, and how many full cycles of time cur spanned (for idle counting).
 //
 // Any request at or after a deadline rolls the cycle over, so all of a
 // cycle's demand fell within its first Cycle of time: a cycle that ran long
@@ -141,7 +151,10 @@ func demandScale(cur *header, cfg *Config, now int64) (float64, int) {
 	if elapsed >= int64(cfg.Cycle) {
 		return 1, int(min(elapsed/int64(cfg.Cycle), 1<<16))
 	}
-	return float64(cfg.Cycle) / float64(max(elapsed, int64(cfg.MinCycle))), 1
+	// A cycle cut short counts no idle time: otherwise newcomers arriving
+	// MinCycle apart could make a quiet client "idle" for IdleCycles cycles
+	// within one cycle's time, and push it out of the table.
+	return float64(cfg.Cycle) / float64(max(elapsed, int64(cfg.MinCycle))), 0
 }
 
 // freeSlot returns the lowest free slot, growing the table up to max.

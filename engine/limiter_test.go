@@ -285,3 +285,37 @@ func TestKeySetIsBounded(t *testing.T) {
 		t.Fatalf("store holds %d keys, want at most max_clients+1 = %d", got, cfg.MaxClients+1)
 	}
 }
+
+// Newcomers ending cycles early, MinCycle apart, do not age quiet clients:
+// only full cycles of silence count towards IdleCycles.
+func TestEarlyRolloversDoNotAgeQuietClients(t *testing.T) {
+	cfg := testConfig()
+	cfg.IdleCycles = 2
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "quiet", "busy"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		at := t0.Add(time.Duration(i) * 1100 * time.Millisecond)
+		if d := l.AdmitAt(at, fmt.Sprintf("new-%d", i)); !d.Allowed || !l.Snapshot().Early {
+			t.Fatalf("newcomer %d: %+v, want admitted by an early rollover", i, d)
+		}
+	}
+	if _, ok := l.Snapshot().Clients[HashID("quiet")]; !ok {
+		t.Fatal("five early rollovers in 5.5 s made a quiet client forgotten")
+	}
+	// Two full cycles of silence do.
+	l.TickAt(t0.Add(5500*time.Millisecond + 10*time.Second))
+	l.TickAt(t0.Add(5500*time.Millisecond + 20*time.Second))
+	if _, ok := l.Snapshot().Clients[HashID("quiet")]; ok {
+		t.Fatal("quiet client still registered after two full idle cycles")
+	}
+}
+
+func TestFirstCycleIsStartedEarlyByItsFirstClient(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	l.AdmitAt(t0, "first")
+	if !l.Snapshot().Early {
+		t.Fatal("the first cycle, started by a newcomer, is not reported as early")
+	}
+}
