@@ -55,6 +55,7 @@ test-unit:
 	$(GO) test -race -count=1 $(RACE_PKGS)
 
 test-e2e:
+	@[ -x "$(ENVOY_LINK)" ] || echo "!! e2e: $(ENVOY_LINK) missing: the e2e tests will SKIP (run make envoy; CI sets BORROWCYCLE_REQUIRE_ENVOY=1 and fails instead)" >&2
 	BORROWCYCLE_ENVOY=$(abspath $(ENVOY_LINK)) BORROWCYCLE_WASM=$(abspath $(WASM)) \
 		$(GO) test -count=1 -timeout 20m $(E2E_PKGS)
 
