@@ -338,15 +338,15 @@ func allBytes() string {
 func TestMetricValues(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "min_cycle": "2s", "max_clients": 2, "name": "m"}`)
-		h.from("a") // first client: registers at once (rollover, not early)
+		h.from("a") // first client: registers at once, a cycle started by a newcomer (early)
 		h.from("b") // pending: min_cycle not reached
 		h.from("c") // table_full: a + pending b fill 2 slots
 		h.advance(2 * time.Second)
-		h.from("b")           // early rollover registers b
+		h.from("b")           // early rollover registers b (early)
 		h.admittedOf("a", 10) // a's share is 5 after the early rollover
 		h.request()
 		h.advance(10 * time.Second)
-		h.Tick() // deadline rollover
+		h.Tick() // deadline rollover (deadline)
 		for name, want := range map[string]uint64{
 			"requests_allowed":                7, // a: 1+5, b: 1
 			"requests_rejected.pending":       1,
@@ -354,8 +354,8 @@ func TestMetricValues(t *testing.T) {
 			"requests_rejected.over_limit":    5,
 			"requests_rejected.anonymous":     1,
 			"requests_rejected.store_failure": 0,
-			"rollovers.early":                 1,
-			"rollovers.deadline":              2,
+			"rollovers.early":                 2,
+			"rollovers.deadline":              1,
 			"cas_retries":                     0,
 			"store_failures":                  0,
 			"panics":                          0,
