@@ -319,3 +319,43 @@ func TestFirstCycleIsStartedEarlyByItsFirstClient(t *testing.T) {
 		t.Fatal("the first cycle, started by a newcomer, is not reported as early")
 	}
 }
+
+// Old and new configs share the keys during a reconfiguration. A worker
+// whose table is smaller than the header it reads must neither panic nor
+// exceed its own bound; the new config takes over at its first request.
+func TestReconfigurationToASmallerTable(t *testing.T) {
+	store := NewMemStore()
+	big := testConfig()
+	big.MaxClients = 20
+	old := newLimiter(t, big, store)
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c%d", i)
+	}
+	if err := old.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	small := testConfig()
+	small.MaxClients = 3
+	small.Capacity = 30
+	cur := newLimiter(t, small, store)
+	at := t0.Add(time.Second)
+	for _, id := range ids {
+		cur.AdmitAt(at, id)
+		cur.TickAt(at)
+	}
+	s := cur.Snapshot()
+	if len(s.Clients) > 3 {
+		t.Fatalf("the new config tracks %d clients, want at most its max_clients 3", len(s.Clients))
+	}
+	var sum int64
+	for _, share := range s.Clients {
+		sum += share
+	}
+	if sum != 30 {
+		t.Fatalf("shares sum to %d under the new config, want its capacity 30", sum)
+	}
+	// The old config's worker keeps working on the same keys too.
+	old.AdmitAt(at, "c9")
+	old.TickAt(at)
+}

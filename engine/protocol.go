@@ -50,6 +50,13 @@ func (l *Limiter) refreshHeader() error {
 			}
 			continue
 		}
+		if len(l.spare.clients) > l.cfg.MaxClients {
+			// Written under another config with a larger table (old and new
+			// configs overlap during a reconfiguration). Its fingerprint
+			// differs, so this worker rolls it over under its own config,
+			// which keeps only what fits; until then it sees only that part.
+			l.spare.clients = l.spare.clients[:l.cfg.MaxClients]
+		}
 		l.hdr, l.spare = l.spare, l.hdr
 		l.hdrCAS, l.hdrValid = cas, true
 		l.reindex()
