@@ -6,13 +6,19 @@ import "time"
 // time): no store, no clock. The Limiter applies them through CAS.
 
 // isDue reports whether the cycle must roll over at now: its deadline
-// passed, the config changed, or the wall clock stepped back by more than a
-// cycle (smaller steps back are absorbed: workers read the clock at slightly
-// different moments, and a cycle must not end because one read was early).
+// passed, or the wall clock stepped back by more than a cycle (smaller steps
+// back are absorbed: workers read the clock at slightly different moments,
+// and a cycle must not end because one read was early).
+//
+// A header written under another config is not due before its deadline.
+// During a reconfiguration the old and the new config serve side by side
+// on the same keys; if a mismatch made the cycle due, each would roll the
+// other's cycle over on every request and hand out fresh shares each time.
+// Instead every worker honours the running cycle, and whichever config
+// rolls it over at the deadline sets the next one: a change takes effect
+// within one cycle.
 func isDue(h *header, cfg *Config, fp uint64, now int64) bool {
-	return now >= h.deadline ||
-		now < h.start-int64(cfg.Cycle) ||
-		h.fingerprint != fp
+	return now >= h.deadline || now < h.start-int64(cfg.Cycle)
 }
 
 // earlyAllowed reports whether a newcomer may end the cycle now. MinCycle
@@ -63,7 +69,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 		start:       now,
 		deadline:    now + int64(cfg.Cycle),
 		early:       startedEarly(cur, joiners, now, fp),
-		clients:     make([]clientEntry, len(cur.clients), cfg.MaxClients),
+		clients:     make([]clientEntry, len(cur.clients), max(len(cur.clients), cfg.MaxClients)),
 	}
 	copy(next.clients, cur.clients)
 	if len(next.clients) > cfg.MaxClients { // max_clients was lowered
@@ -82,7 +88,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 			d = demand[slot]
 		}
 		if d > 0 {
-			c.idle = satAdd16(0, max(passed-1, 0)) // its demand fell in the first Cycle
+			c.idle = 0
 		} else {
 			c.idle = satAdd16(c.idle, passed)
 		}
@@ -132,7 +138,7 @@ func startedEarly(cur *header, joiners []uint64, now int64, fp uint64) bool {
 	if len(cur.clients) == 0 {
 		return len(joiners)+len(cur.pending) > 0
 	}
-	return now < cur.deadline && now >= cur.start && cur.fingerprint == fp
+	return now < cur.deadline && now >= cur.start
 }
 
 // demandScale returns the factor that turns cur's demand into a full-cycle
@@ -140,9 +146,9 @@ func startedEarly(cur *header, joiners []uint64, now int64, fp uint64) bool {
 //
 // Any request at or after a deadline rolls the cycle over, so all of a
 // cycle's demand fell within its first Cycle of time: a cycle that ran long
-// (nobody came to end it) keeps its demand as is, and its clients were idle
-// for the rest. Only a cycle ended early is scaled up, by Cycle/elapsed,
-// with elapsed at least MinCycle.
+// (nobody came to end it, or the clock jumped) keeps its demand as is, and
+// its silent clients age by the full cycles it spanned. Only a cycle ended
+// early is scaled up, by Cycle/elapsed, with elapsed at least MinCycle.
 func demandScale(cur *header, cfg *Config, now int64) (float64, int) {
 	elapsed := now - cur.start
 	if len(cur.clients) == 0 || elapsed <= 0 {

@@ -286,8 +286,14 @@ func (l *Limiter) admitKnown(t int64, slot int) Decision {
 		// Another worker started a newer cycle: adopt it and decide there.
 		// The header's cycle only grows, so this recurses at most once.
 		staleCycle := ls.cycle
-		if err := l.refreshHeader(); err != nil || l.hdr.cycle == staleCycle {
+		if err := l.refreshHeader(); err != nil {
 			return l.failure(t)
+		}
+		if l.hdr.cycle == staleCycle {
+			// The header is not newer, so the slot's "future" cycle is
+			// bogus: treat it as unreadable (the next roller resets it).
+			ls.granted, ls.exhausted = l.hdr.clients[slot].share, true
+			return l.overLimit(t, slot)
 		}
 		if s, ok := l.index[ls.hash]; ok && s >= 0 {
 			return l.admitKnown(t, s)
@@ -321,7 +327,8 @@ func (l *Limiter) admitNewcomer(t int64, h uint64) Decision {
 		if slot, ok := l.index[h]; ok && slot >= 0 {
 			return l.admitKnown(t, slot)
 		}
-		return l.reject(ReasonTableFull, l.untilDeadline(t), l.untilDeadline(t))
+		// Another worker's rollover came first without registering h, so
+		// the next early one is MinCycle away: h waits as pending.
 	}
 	added, err := l.addPending(h)
 	if err != nil {

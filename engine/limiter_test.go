@@ -193,17 +193,21 @@ func TestIdleClientsAreForgotten(t *testing.T) {
 	}
 }
 
-func TestLongGapExpiresEveryoneTogether(t *testing.T) {
+func TestLongGapForgetsTheSilent(t *testing.T) {
 	cfg := testConfig()
 	l := newLimiter(t, cfg, NewMemStore())
 	send(l, t0, "A", 1)
-	send(l, t0.Add(time.Second), "B", 1)
-	d := l.AdmitAt(t0.Add(time.Hour), "C") // an hour of silence
-	if !d.Allowed {
-		t.Fatalf("decision = %+v", d)
+	send(l, t0.Add(time.Second), "B", 1) // early rollover: cycle 2 with A and B
+	// An hour without requests or ticks (a clock jump looks the same): the
+	// rollover ages clients silent in cycle 2 by every full cycle that
+	// passed, and keeps B, which sent in it.
+	l.AdmitAt(t0.Add(time.Hour), "B")
+	s := l.Snapshot()
+	if _, ok := s.Clients[HashID("A")]; ok {
+		t.Fatal("A, silent for an hour, is still registered")
 	}
-	if got := l.ActiveClients(); got != 1 {
-		t.Fatalf("active clients after an hour idle: %d, want only C", got)
+	if s.Clients[HashID("B")] != cfg.Capacity {
+		t.Fatalf("clients %v, want B alone with the whole capacity", s.Clients)
 	}
 }
 
@@ -339,10 +343,13 @@ func TestReconfigurationToASmallerTable(t *testing.T) {
 	small.MaxClients = 3
 	small.Capacity = 30
 	cur := newLimiter(t, small, store)
-	at := t0.Add(time.Second)
-	for _, id := range ids {
-		cur.AdmitAt(at, id)
-		cur.TickAt(at)
+	// Within the running cycle the new config honours it (seeing only the
+	// part that fits its table); at the deadline it takes over.
+	for _, at := range []time.Time{t0.Add(time.Second), t0.Add(11 * time.Second)} {
+		for _, id := range ids {
+			cur.AdmitAt(at, id)
+			cur.TickAt(at)
+		}
 	}
 	s := cur.Snapshot()
 	if len(s.Clients) > 3 {
@@ -356,6 +363,53 @@ func TestReconfigurationToASmallerTable(t *testing.T) {
 		t.Fatalf("shares sum to %d under the new config, want its capacity 30", sum)
 	}
 	// The old config's worker keeps working on the same keys too.
-	old.AdmitAt(at, "c9")
-	old.TickAt(at)
+	old.AdmitAt(t0.Add(12*time.Second), "c9")
+	old.TickAt(t0.Add(12 * time.Second))
+}
+
+// Two live configs of one limit (old and new during a reconfiguration)
+// must not roll each other's cycles over: a client alternating between
+// them stays within one cycle's share.
+func TestOverlappingConfigsKeepTheCap(t *testing.T) {
+	store := NewMemStore()
+	a := testConfig()
+	b := testConfig()
+	b.Capacity = 41
+	la, lb := newLimiter(t, a, store), newLimiter(t, b, store)
+	admitted := 0
+	for i := 0; i < 400; i++ {
+		l := la
+		if i%2 == 1 {
+			l = lb
+		}
+		if l.AdmitAt(t0.Add(time.Duration(i)*time.Millisecond), "X").Allowed {
+			admitted++
+		}
+	}
+	if admitted > 41 {
+		t.Fatalf("a client alternating between two configs got %d in 0.4 s, want at most one cycle's share (≤ 41)", admitted)
+	}
+}
+
+// A slot stamped with a cycle that does not exist (a bad writer) makes its
+// client over limit for the cycle, never fail open, and the next rollover
+// resets it.
+func TestFutureSlotIsRepairedNotFailedOpen(t *testing.T) {
+	store := NewMemStore()
+	cfg := testConfig()
+	l := newLimiter(t, cfg, store)
+	if err := l.RegisterAt(t0, "X"); err != nil {
+		t.Fatal(err)
+	}
+	bogus := appendSlot(nil, slotValue{cycle: 1 << 40, hash: HashID("X")})
+	if err := store.Set(cfg.KeyPrefix+"/s/0", bogus, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := l.AdmitAt(t0.Add(time.Second), "X")
+	if d.Allowed || d.Reason != ReasonOverLimit {
+		t.Fatalf("decision on a future-stamped slot = %+v, want over_limit", d)
+	}
+	if d := l.AdmitAt(t0.Add(10*time.Second), "X"); !d.Allowed {
+		t.Fatalf("after the rollover: %+v, want the slot reset and X admitted", d)
+	}
 }

@@ -93,8 +93,9 @@ func (l *Limiter) adopt(h header) {
 // Its cycle id jumps by resetCycleJump above every id this worker or any
 // slot has seen: a cycle id must never be reused with other shares, and
 // other workers may have cached a later header than anything visible here.
-// A header with no slot writes stops rolling once its clients go idle, so
-// no worker can be more than IdleCycles+2 (≤ 65538) cycles ahead.
+// A worker's cached header lags the stored one only by rollovers it has not
+// seen yet; 2^20 of them, each at least MinCycle apart, without a single
+// slot write that would reveal them, is far outside any real deployment.
 func (l *Limiter) resetHeader(cas uint32) error {
 	top := l.hdr.cycle
 	for slot := 0; slot < l.cfg.MaxClients; slot++ {
@@ -221,7 +222,9 @@ func (l *Limiter) readDemand() ([]int64, error) {
 			return nil, err
 		}
 		v, err := decodeSlot(raw)
-		if err != nil {
+		if err != nil || v.cycle > l.hdr.cycle {
+			// Unreadable, or stamped with a cycle that does not exist yet:
+			// either way only a roller can reset it safely.
 			l.corrupt = append(l.corrupt, corruptSlot{slot, cas})
 			continue
 		}
