@@ -104,7 +104,7 @@ func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 			"x-ratelimit-remaining": "0",
 			"x-ratelimit-reset":     "8",
 		})
-		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client used its share for the current cycle"; got != want {
+		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client used its share for the current cycle\n"; got != want {
 			t.Errorf("body = %q, want %q", got, want)
 		}
 		if _, ok := r.headers["x-borrowcycle-cycle"]; ok {
@@ -180,7 +180,7 @@ func TestAnonymousRequests(t *testing.T) {
 			if r.local.StatusCode != 429 {
 				t.Errorf("%s: status = %d, want 429", name, r.local.StatusCode)
 			}
-			if got, want := string(r.local.Data), `borrowcycle: anonymous: missing or invalid client id header "x-client-id"`; got != want {
+			if got, want := string(r.local.Data), `borrowcycle: anonymous: missing or invalid client id header "x-client-id"`+"\n"; got != want {
 				t.Errorf("%s: body = %q, want %q", name, got, want)
 			}
 			checkHeaders(t, r.headers, map[string]string{"x-borrowcycle-reason": "anonymous"})

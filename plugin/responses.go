@@ -59,10 +59,11 @@ func newResponder(cfg *pluginConfig) *responder {
 		headers:    make([][2]string, 0, 10),
 		buf:        make([]byte, 0, 64),
 	}
+	// Each body ends in a newline, so it reads as one line in a terminal.
 	for reason, body := range rejectionBodies {
-		r.bodies[reason] = []byte(body)
+		r.bodies[reason] = []byte(body + "\n")
 	}
-	r.bodies[engine.ReasonAnonymous] = []byte("borrowcycle: anonymous: missing or invalid client id header " + strconv.Quote(cfg.ClientHeader))
+	r.bodies[engine.ReasonAnonymous] = []byte("borrowcycle: anonymous: missing or invalid client id header " + strconv.Quote(cfg.ClientHeader) + "\n")
 	return r
 }
 

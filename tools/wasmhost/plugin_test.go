@@ -40,7 +40,8 @@ func TestPluginImportsSatisfied(t *testing.T) {
 	checkImports(t, loadModule(t, pluginWasm))
 }
 
-// rejectionBodies are the contract's one-line bodies.
+// rejectionBodies are the contract's one-line bodies (each sent with a
+// trailing newline).
 var rejectionBodies = map[string]string{
 	"over_limit":    "borrowcycle: over_limit: this client used its share for the current cycle",
 	"pending":       "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
@@ -72,7 +73,7 @@ func checkResponse(t *testing.T, r Result) string {
 		return "allowed"
 	}
 	reason := r.Header("x-borrowcycle-reason")
-	if r.Status != 429 || r.Body != rejectionBodies[reason] || r.Header("content-type") != "text/plain" {
+	if r.Status != 429 || r.Body != rejectionBodies[reason]+"\n" || r.Header("content-type") != "text/plain" {
 		t.Fatalf("rejection does not follow the contract: %v", r)
 	}
 	if reason == "anonymous" {
