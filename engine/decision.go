@@ -57,8 +57,8 @@ type Decision struct {
 	// as for anonymous requests and newcomers that are not registered yet).
 	Limit int64
 	// Remaining is what the client may still send this cycle, as far as this
-	// worker knows: exact for a single worker, a lower bound of the unleased
-	// share plus this worker's lease for several.
+	// worker knows: exact for a single worker; for several, this worker's
+	// lease plus the share nobody had leased at its last sync.
 	Remaining int64
 	// Reset is the time until the current cycle ends.
 	Reset time.Duration
