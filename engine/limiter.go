@@ -80,12 +80,15 @@ type Limiter struct {
 	spare    header // decode target, swapped with hdr on success
 	hdrCAS   uint32 // CAS of hdr as read; meaningful only when hdrValid
 	hdrValid bool
-	index    map[uint64]int // hash -> slot; pending newcomers map to -1
-	nActive  int            // registered clients in hdr
-	local    []localSlot    // this worker's leases and counts, by slot
-	scratch  rollScratch
-	corrupt  []corruptSlot // unreadable slots found by the last readDemand
-	buf      []byte
+	// truncated: hdr is a cut view of a header written under a config
+	// with a larger table; it must not be written back as it is.
+	truncated bool
+	index     map[uint64]int // hash -> slot; pending newcomers map to -1
+	nActive   int            // registered clients in hdr
+	local     []localSlot    // this worker's leases and counts, by slot
+	scratch   rollScratch
+	corrupt   []corruptSlot // unreadable slots found by the last readDemand
+	buf       []byte
 }
 
 // localSlot is what this worker holds for one client in one cycle.

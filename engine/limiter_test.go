@@ -413,3 +413,35 @@ func TestFutureSlotIsRepairedNotFailedOpen(t *testing.T) {
 		t.Fatalf("after the rollover: %+v, want the slot reset and X admitted", d)
 	}
 }
+
+// A worker whose table is smaller than the running header never writes
+// its cut view back: the other config's clients stay registered.
+func TestTruncatedViewIsNeverWrittenBack(t *testing.T) {
+	store := NewMemStore()
+	big := testConfig()
+	big.MaxClients = 10
+	old := newLimiter(t, big, store)
+	if err := old.RegisterAt(t0, "a", "b", "c", "d", "e"); err != nil {
+		t.Fatal(err)
+	}
+	// Free the first slots, so the cut view has room and looks not full.
+	for c := 1; c <= 3; c++ {
+		at := t0.Add(time.Duration(c) * 10 * time.Second)
+		old.TickAt(at)
+		send(old, at.Add(time.Second), "e", 1)
+	}
+	small := testConfig()
+	small.MaxClients = 2
+	cur := newLimiter(t, small, store)
+	// Within min_cycle of the running cycle's start, the newcomer would be
+	// recorded as pending: a header write that must not happen from a cut
+	// view.
+	at := t0.Add(30*time.Second + 100*time.Millisecond)
+	if d := cur.AdmitAt(at, "newcomer"); d.Allowed || d.Reason != ReasonTableFull {
+		t.Fatalf("newcomer on a cut view: %+v, want table_full", d)
+	}
+	old.TickAt(at.Add(100 * time.Millisecond))
+	if _, ok := old.Snapshot().Clients[HashID("e")]; !ok {
+		t.Fatal("the other config's client was dropped by a cut view written back")
+	}
+}

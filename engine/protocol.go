@@ -50,11 +50,13 @@ func (l *Limiter) refreshHeader() error {
 			}
 			continue
 		}
-		if len(l.spare.clients) > l.cfg.MaxClients {
+		l.truncated = len(l.spare.clients) > l.cfg.MaxClients
+		if l.truncated {
 			// Written under another config with a larger table (old and new
-			// configs overlap during a reconfiguration). Its fingerprint
-			// differs, so this worker rolls it over under its own config,
-			// which keeps only what fits; until then it sees only that part.
+			// configs overlap during a reconfiguration). This worker sees
+			// only the part that fits its own table until it rolls the
+			// cycle over under its own config, and never writes the cut
+			// view back mid-cycle (see addPending).
 			l.spare.clients = l.spare.clients[:l.cfg.MaxClients]
 		}
 		l.hdr, l.spare = l.spare, l.hdr
@@ -267,7 +269,7 @@ func (l *Limiter) addPending(h uint64) (bool, error) {
 		if _, ok := l.index[h]; ok {
 			return true, nil
 		}
-		if l.full() {
+		if l.full() || l.truncated {
 			return false, nil
 		}
 		next := l.hdr
