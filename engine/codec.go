@@ -12,16 +12,20 @@ import (
 // through the Observer), so corruption costs at most that key's counts.
 
 const (
-	headerVersion = 1
+	headerVersion = 2 // 2: idle time in 1/1024 cycle, uint32
 	slotVersion   = 1
 
 	headerFixedLen = 1 + 8 + 8 + 8 + 8 + 1 + 2 + 2
-	clientEntryLen = 8 + 8 + 2
+	clientEntryLen = 8 + 8 + 4
 	pendingLen     = 8
 	slotLen        = 1 + 8 + 8 + 8 + 8
 )
 
 var errCorrupt = errors.New("corrupt value")
+
+// maxCycleID bounds cycle ids far below wrap-around, even after header
+// resets (each adds resetCycleJump).
+const maxCycleID = 1 << 62
 
 // header is the cycle state shared by every worker: which cycle is running,
 // when it ends, the registered clients with their shares, and newcomers
@@ -40,7 +44,7 @@ type header struct {
 type clientEntry struct {
 	hash  uint64
 	share int64
-	idle  uint16 // consecutive cycles without demand
+	idle  uint32 // time without demand, in 1/idleUnits of a cycle
 }
 
 func (h *header) active() int {
@@ -87,7 +91,7 @@ func appendHeader(dst []byte, h *header) []byte {
 	for _, c := range h.clients {
 		dst = binary.LittleEndian.AppendUint64(dst, c.hash)
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(c.share))
-		dst = binary.LittleEndian.AppendUint16(dst, c.idle)
+		dst = binary.LittleEndian.AppendUint32(dst, c.idle)
 	}
 	for _, p := range h.pending {
 		dst = binary.LittleEndian.AppendUint64(dst, p)
@@ -113,13 +117,19 @@ func decodeHeader(b []byte, h *header) error {
 	h.cycle = le.Uint64(b[9:])
 	h.start = int64(le.Uint64(b[17:]))
 	h.deadline = int64(le.Uint64(b[25:]))
+	// A value can decode and still be impossible (a bad writer): such a
+	// header could stay "not due" for ever or wrap the cycle id. Treat it
+	// as unreadable, so it is reset.
+	if h.cycle >= maxCycleID || h.deadline < h.start || h.deadline-h.start > int64(MaxCycle) {
+		return fmt.Errorf("%w: cycle %d from %d to %d", errCorrupt, h.cycle, h.start, h.deadline)
+	}
 	h.early = b[33]&1 != 0
 	h.clients = h.clients[:0]
 	p := b[headerFixedLen:]
 	for i := 0; i < nClients; i++ {
-		c := clientEntry{hash: le.Uint64(p), share: int64(le.Uint64(p[8:])), idle: le.Uint16(p[16:])}
-		if c.share < 0 {
-			return fmt.Errorf("%w: negative share", errCorrupt)
+		c := clientEntry{hash: le.Uint64(p), share: int64(le.Uint64(p[8:])), idle: le.Uint32(p[16:])}
+		if c.share < 0 || c.share > MaxCapacity {
+			return fmt.Errorf("%w: share %d", errCorrupt, c.share)
 		}
 		h.clients = append(h.clients, c)
 		p = p[clientEntryLen:]
@@ -162,8 +172,8 @@ func decodeSlot(b []byte) (slotValue, error) {
 		granted: int64(le.Uint64(b[17:])),
 		demand:  int64(le.Uint64(b[25:])),
 	}
-	if v.granted < 0 || v.demand < 0 {
-		return slotValue{}, fmt.Errorf("%w: negative counter", errCorrupt)
+	if v.granted < 0 || v.demand < 0 || v.cycle >= maxCycleID {
+		return slotValue{}, fmt.Errorf("%w: impossible slot", errCorrupt)
 	}
 	return v, nil
 }

@@ -13,7 +13,7 @@ const (
 	MaxCapacity   = 1 << 40
 	MaxCycle      = time.Hour
 	MaxClientsCap = 65535
-	MaxIdleCycles = 1 << 16
+	MaxIdleCycles = 1 << 16 // with idleUnits per cycle, fits a uint32
 )
 
 // Config is what one limit needs. Every field is explicit; Defaults fills the
@@ -111,9 +111,10 @@ func (c Config) policy() Policy {
 	return Seed{Reservation: c.Reservation}
 }
 
-// fingerprint identifies the parts of the config that change shares. A
-// header written under another fingerprint (the operator changed capacity,
-// say) is rolled over at once under the new config.
+// fingerprint identifies the parts of the config that change shares. It is
+// written into every header, so that operators and tests can tell which
+// config started a cycle; a header from another config is still honoured
+// until its deadline (see isDue).
 func (c Config) fingerprint() uint64 {
 	h := newHash()
 	h = h.addUint64(uint64(c.Capacity))

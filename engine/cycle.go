@@ -75,7 +75,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 	if len(next.clients) > cfg.MaxClients { // max_clients was lowered
 		next.clients = next.clients[:cfg.MaxClients]
 	}
-	scale, passed := demandScale(cur, cfg, now)
+	scale, silence := demandScale(cur, cfg, now)
 
 	sc.slots, sc.demands, sc.isNew = sc.slots[:0], sc.demands[:0], sc.isNew[:0]
 	for slot := range next.clients {
@@ -90,9 +90,9 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 		if d > 0 {
 			c.idle = 0
 		} else {
-			c.idle = satAdd16(c.idle, passed)
+			c.idle = satAdd32(c.idle, silence)
 		}
-		if int(c.idle) >= cfg.IdleCycles {
+		if int64(c.idle) >= int64(cfg.IdleCycles)*idleUnits {
 			*c = clientEntry{} // forgotten
 			continue
 		}
@@ -141,26 +141,32 @@ func startedEarly(cur *header, joiners []uint64, now int64, fp uint64) bool {
 	return now < cur.deadline && now >= cur.start
 }
 
+// idleUnits is the resolution of idle time: 1/1024 of a cycle.
+const idleUnits = 1024
+
 // demandScale returns the factor that turns cur's demand into a full-cycle
-// rate, and how many full cycles of time cur spanned (for idle counting).
+// rate, and how long cur lasted in 1/idleUnits of a cycle (idle time for a
+// client without demand in it).
 //
 // Any request at or after a deadline rolls the cycle over, so all of a
 // cycle's demand fell within its first Cycle of time: a cycle that ran long
-// (nobody came to end it, or the clock jumped) keeps its demand as is, and
-// its silent clients age by the full cycles it spanned. Only a cycle ended
-// early is scaled up, by Cycle/elapsed, with elapsed at least MinCycle.
-func demandScale(cur *header, cfg *Config, now int64) (float64, int) {
+// (nobody came to end it, or the clock jumped) keeps its demand as is. Only
+// a cycle ended early is scaled up, by Cycle/elapsed, with elapsed at least
+// MinCycle. Idle time is measured, not counted in rollovers: early
+// rollovers MinCycle apart must neither age a quiet client faster than the
+// clock, nor, under a steady stream of newcomers, stop ageing it.
+func demandScale(cur *header, cfg *Config, now int64) (float64, uint32) {
 	elapsed := now - cur.start
 	if len(cur.clients) == 0 || elapsed <= 0 {
-		return 1, 1 // no history, or the clock stepped back: take demand as is
+		return 1, 0 // no history, or the clock stepped back: nobody ages
 	}
-	if elapsed >= int64(cfg.Cycle) {
-		return 1, int(min(elapsed/int64(cfg.Cycle), 1<<16))
+	cycle := int64(cfg.Cycle)
+	units := min(elapsed/cycle, 1<<20)*idleUnits + (elapsed%cycle)*idleUnits/cycle
+	silence := uint32(min(units, 1<<31))
+	if elapsed >= cycle {
+		return 1, silence
 	}
-	// A cycle cut short counts no idle time: otherwise newcomers arriving
-	// MinCycle apart could make a quiet client "idle" for IdleCycles cycles
-	// within one cycle's time, and push it out of the table.
-	return float64(cfg.Cycle) / float64(max(elapsed, int64(cfg.MinCycle))), 0
+	return float64(cycle) / float64(max(elapsed, int64(cfg.MinCycle))), silence
 }
 
 // freeSlot returns the lowest free slot, growing the table up to max.
@@ -186,10 +192,9 @@ func (h *header) trimFreeTail() {
 	h.clients = h.clients[:n]
 }
 
-func satAdd16(a uint16, b int) uint16 {
-	s := int(a) + b
-	if s > 0xFFFF {
-		return 0xFFFF
+func satAdd32(a, b uint32) uint32 {
+	if s := uint64(a) + uint64(b); s <= 0xFFFFFFFF {
+		return uint32(s)
 	}
-	return uint16(s)
+	return 0xFFFFFFFF
 }

@@ -103,6 +103,15 @@ type localSlot struct {
 	used      bool  // the lease was used since the last tick
 }
 
+// markUnusable makes the client exhausted for the cycle when its slot
+// cannot be trusted. Its counted demand is dropped as if written, so that
+// further rejections stay local instead of re-reading the slot each time.
+func (ls *localSlot) markUnusable(share int64) {
+	ls.granted, ls.exhausted = share, true
+	ls.flushed += ls.unflushed
+	ls.unflushed = 0
+}
+
 // New returns a worker for cfg over store.
 func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
@@ -293,9 +302,12 @@ func (l *Limiter) admitKnown(t int64, slot int) Decision {
 			return l.failure(t)
 		}
 		if l.hdr.cycle == staleCycle {
+			if slot >= len(l.hdr.clients) || l.hdr.clients[slot].hash != ls.hash {
+				return l.admitNewcomer(t, ls.hash)
+			}
 			// The header is not newer, so the slot's "future" cycle is
 			// bogus: treat it as unreadable (the next roller resets it).
-			ls.granted, ls.exhausted = l.hdr.clients[slot].share, true
+			ls.markUnusable(l.hdr.clients[slot].share)
 			return l.overLimit(t, slot)
 		}
 		if s, ok := l.index[ls.hash]; ok && s >= 0 {

@@ -445,3 +445,79 @@ func TestTruncatedViewIsNeverWrittenBack(t *testing.T) {
 		t.Fatal("the other config's client was dropped by a cut view written back")
 	}
 }
+
+// Under a steady stream of newcomers every rollover is early, yet a silent
+// client still ages by the time that passes and is forgotten.
+func TestSilentClientsAgeUnderChurn(t *testing.T) {
+	cfg := testConfig() // cycle 10 s, idle_cycles 3
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "silent", "busy"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 12; i++ { // a newcomer every 5 s, for 60 s
+		at := t0.Add(time.Duration(i) * 5 * time.Second)
+		send(l, at, "busy", 1)
+		l.AdmitAt(at.Add(time.Millisecond), fmt.Sprintf("new-%d", i))
+	}
+	if _, ok := l.Snapshot().Clients[HashID("silent")]; ok {
+		t.Fatal("a client silent for 60 s (6 cycles) is still registered under churn")
+	}
+	if _, ok := l.Snapshot().Clients[HashID("busy")]; !ok {
+		t.Fatal("the busy client was forgotten")
+	}
+}
+
+// A header that decodes but cannot be right (a cycle that never ends) is
+// treated as unreadable and reset, rather than locking clients out.
+func TestImpossibleHeaderIsReset(t *testing.T) {
+	store := NewMemStore()
+	cfg := testConfig()
+	bogus := appendHeader(nil, &header{cycle: 7, start: t0.UnixNano(), deadline: t0.Add(1000 * time.Hour).UnixNano(),
+		clients: []clientEntry{{hash: 99, share: 40}}})
+	if err := store.Set(cfg.KeyPrefix+"/h", bogus, 0); err != nil {
+		t.Fatal(err)
+	}
+	obs := &countingObserver{}
+	l, err := New(cfg, store, WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := l.AdmitAt(t0.Add(time.Second), "real"); !d.Allowed {
+		t.Fatalf("a real client behind an impossible header: %+v", d)
+	}
+}
+
+// A corrupt slot makes its client over limit without re-reading (and
+// re-reporting) the slot on every request.
+func TestCorruptSlotRejectsLocally(t *testing.T) {
+	store := &countingStore{Store: NewMemStore()}
+	cfg := testConfig()
+	resets := &resetCounter{}
+	l, _ := New(cfg, store, WithObserver(resets))
+	if err := l.RegisterAt(t0, "X"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(cfg.KeyPrefix+"/s/0", []byte("garbage"), 0); err != nil {
+		t.Fatal(err)
+	}
+	store.ops.Store(0)
+	admitted, _ := send(l, t0.Add(time.Second), "X", 1000)
+	if admitted != 0 {
+		t.Fatalf("admitted %d from a corrupt slot, want 0 until the roller resets it", admitted)
+	}
+	// Written-back demand grows geometrically (1/16 steps), so 1000
+	// attempts re-read the slot about 16·ln(1000)+16 ≈ 127 times, not 1000.
+	if resets.n > 127 || store.ops.Load() > 2*127 {
+		t.Fatalf("1000 rejections made %d resets and %d store ops, want at most 16·ln(1000)+16", resets.n, store.ops.Load())
+	}
+	if d := l.AdmitAt(t0.Add(10*time.Second), "X"); !d.Allowed {
+		t.Fatalf("after the rollover: %+v, want the slot reset", d)
+	}
+}
+
+type resetCounter struct {
+	NopObserver
+	n int
+}
+
+func (r *resetCounter) ValueReset(string, error) { r.n++ }

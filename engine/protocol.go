@@ -105,7 +105,7 @@ func (l *Limiter) resetHeader(cas uint32) error {
 		if err != nil {
 			continue
 		}
-		if v, err := decodeSlot(raw); err == nil && v.cycle > top {
+		if v, err := decodeSlot(raw); err == nil && v.cycle > top { // decodeSlot bounds the cycle id
 			top = v.cycle
 		}
 	}
@@ -317,7 +317,7 @@ func (l *Limiter) sync(slot int, wantLease, returnLease bool) syncResult {
 	for attempt := 0; attempt < l.cfg.CASRetries; attempt++ {
 		v, cas, res := l.readSlot(key, fresh)
 		if res == syncCorrupt {
-			ls.granted, ls.exhausted = c.share, true
+			ls.markUnusable(c.share)
 			return syncOK
 		}
 		if res != syncOK {

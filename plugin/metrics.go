@@ -102,8 +102,9 @@ func (m *metrics) setActive(n int) {
 // observer is the engine.Observer of one plugin context: it counts the
 // engine's rare events and logs the ones an operator must see.
 type observer struct {
-	m        *metrics
-	failures uint64
+	m          *metrics
+	failures   uint64
+	unreadable uint64
 }
 
 // Rollover implements engine.Observer.
@@ -133,7 +134,13 @@ func (o *observer) StoreFailure(op string, err error) {
 	}
 }
 
-// ValueReset implements engine.Observer.
+// ValueReset implements engine.Observer. An unreadable value stays so until
+// a rollover repairs it, so it is logged like store failures: the 1st, 2nd,
+// 4th, 8th... time on this worker.
 func (o *observer) ValueReset(key string, err error) {
-	proxywasm.LogWarnf("borrowcycle: reset unreadable shared value %q: %v", key, err)
+	o.unreadable++
+	if o.unreadable&(o.unreadable-1) == 0 {
+		proxywasm.LogWarnf("borrowcycle: unreadable shared value %q (repaired at the next rollover): %v (seen %d times on this worker)",
+			key, err, o.unreadable)
+	}
 }

@@ -396,7 +396,7 @@ func TestCorruptSharedStateIsReset(t *testing.T) {
 		if r := h.from("a"); !r.admitted() {
 			t.Fatalf("request after corruption rejected: %+v", r.headers)
 		}
-		if len(h.logsContaining("reset unreadable shared value")) == 0 {
+		if len(h.logsContaining("unreadable shared value")) == 0 {
 			t.Errorf("no warning about the reset; warn logs %q", h.GetWarnLogs())
 		}
 	})
