@@ -47,25 +47,6 @@ type clientEntry struct {
 	idle  uint32 // time without demand, in 1/idleUnits of a cycle
 }
 
-func (h *header) active() int {
-	n := 0
-	for _, c := range h.clients {
-		if c.hash != 0 {
-			n++
-		}
-	}
-	return n
-}
-
-func (h *header) isPending(hash uint64) bool {
-	for _, p := range h.pending {
-		if p == hash {
-			return true
-		}
-	}
-	return false
-}
-
 func (h *header) slotOf(hash uint64) int {
 	for i, c := range h.clients {
 		if c.hash == hash {

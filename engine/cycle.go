@@ -17,7 +17,7 @@ import "time"
 // Instead every worker honours the running cycle, and whichever config
 // rolls it over at the deadline sets the next one: a change takes effect
 // within one cycle.
-func isDue(h *header, cfg *Config, fp uint64, now int64) bool {
+func isDue(h *header, cfg *Config, now int64) bool {
 	return now >= h.deadline || now < h.start-int64(cfg.Cycle)
 }
 
@@ -68,7 +68,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 		cycle:       cur.cycle + 1,
 		start:       now,
 		deadline:    now + int64(cfg.Cycle),
-		early:       startedEarly(cur, joiners, now, fp),
+		early:       startedEarly(cur, joiners, now),
 		clients:     make([]clientEntry, len(cur.clients), max(len(cur.clients), cfg.MaxClients)),
 	}
 	copy(next.clients, cur.clients)
@@ -134,7 +134,7 @@ func nextCycle(cur *header, demand []int64, joiners []uint64, now int64, cfg *Co
 // startedEarly reports whether the next cycle is started by newcomers
 // rather than by cur's deadline: before that deadline, or from an empty
 // table (the very first cycle included).
-func startedEarly(cur *header, joiners []uint64, now int64, fp uint64) bool {
+func startedEarly(cur *header, joiners []uint64, now int64) bool {
 	if len(cur.clients) == 0 {
 		return len(joiners)+len(cur.pending) > 0
 	}

@@ -207,7 +207,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	if err := l.refreshHeader(); err != nil {
 		return err
 	}
-	if earlyAllowed(&l.hdr, &l.cfg, t) || isDue(&l.hdr, &l.cfg, l.fp, t) {
+	if earlyAllowed(&l.hdr, &l.cfg, t) || isDue(&l.hdr, &l.cfg, t) {
 		return l.rollover(t, hashes)
 	}
 	for _, h := range hashes {
@@ -256,13 +256,13 @@ func (l *Limiter) ActiveClients() int { return l.nActive }
 // ensureCurrent makes sure the cached header is the running cycle at t,
 // rolling it over when it is due.
 func (l *Limiter) ensureCurrent(t int64) error {
-	if l.hdrValid && !isDue(&l.hdr, &l.cfg, l.fp, t) {
+	if l.hdrValid && !isDue(&l.hdr, &l.cfg, t) {
 		return nil
 	}
 	if err := l.refreshHeader(); err != nil {
 		return err
 	}
-	if !isDue(&l.hdr, &l.cfg, l.fp, t) || (len(l.hdr.clients) == 0 && len(l.hdr.pending) == 0) {
+	if !isDue(&l.hdr, &l.cfg, t) || (len(l.hdr.clients) == 0 && len(l.hdr.pending) == 0) {
 		// Not due, or nothing to roll: the first client's request registers
 		// it through the newcomer path, which starts the first cycle.
 		return nil
@@ -326,7 +326,7 @@ func (l *Limiter) admitNewcomer(t int64, h uint64) Decision {
 	if slot, ok := l.index[h]; ok && slot < 0 && !earlyAllowed(&l.hdr, &l.cfg, t) {
 		return l.pending(t) // known pending, still waiting: no store access
 	}
-	if _, ok := l.index[h]; !ok && l.full() && !isDue(&l.hdr, &l.cfg, l.fp, t) {
+	if _, ok := l.index[h]; !ok && l.full() && !isDue(&l.hdr, &l.cfg, t) {
 		return l.reject(ReasonTableFull, l.untilDeadline(t), l.untilDeadline(t))
 	}
 	if err := l.refreshHeader(); err != nil {
@@ -335,7 +335,7 @@ func (l *Limiter) admitNewcomer(t int64, h uint64) Decision {
 	if slot, ok := l.index[h]; ok && slot >= 0 {
 		return l.admitKnown(t, slot)
 	}
-	if earlyAllowed(&l.hdr, &l.cfg, t) || isDue(&l.hdr, &l.cfg, l.fp, t) {
+	if earlyAllowed(&l.hdr, &l.cfg, t) || isDue(&l.hdr, &l.cfg, t) {
 		if err := l.rollover(t, []uint64{h}); err != nil {
 			return l.failure(t)
 		}

@@ -186,7 +186,7 @@ func (l *Limiter) rolloverWanted(t int64, joiners []uint64) bool {
 			waiting = true
 		}
 	}
-	if isDue(&l.hdr, &l.cfg, l.fp, t) {
+	if isDue(&l.hdr, &l.cfg, t) {
 		return waiting || len(l.hdr.clients) > 0
 	}
 	return waiting && earlyAllowed(&l.hdr, &l.cfg, t)
