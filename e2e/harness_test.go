@@ -160,6 +160,27 @@ func configuredTarget(t *testing.T, cfg map[string]any, o startOpts) *target {
 	return startLocal(t, b, s, o)
 }
 
+// localBootstrap is envoy/envoy.yaml pointed at the built module, with the
+// plugin configuration replaced when pluginConfig is not empty, for tests
+// that validate or start a local Envoy themselves.
+func localBootstrap(t *testing.T, pluginConfig string) *envoyrun.Bootstrap {
+	t.Helper()
+	needLocalEnvoy(t)
+	b, err := envoyrun.DefaultBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetWasmFile(setup.wasm); err != nil {
+		t.Fatal(err)
+	}
+	if pluginConfig != "" {
+		if err := b.SetPluginConfig(pluginConfig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
 func startLocal(t *testing.T, b *envoyrun.Bootstrap, s settings, o startOpts) *target {
 	t.Helper()
 	needLocalEnvoy(t)

@@ -95,17 +95,7 @@ func TestIstioWasmPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	needLocalEnvoy(t)
-	b, err := envoyrun.DefaultBootstrap()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetWasmFile(setup.wasm); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetPluginConfig(string(raw)); err != nil {
-		t.Fatal(err)
-	}
+	b := localBootstrap(t, string(raw))
 	validateOK(t, b, "wasmplugin")
 }
 

@@ -76,17 +76,7 @@ func TestBadConfigRefusesToStart(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.field, func(t *testing.T) {
-			needLocalEnvoy(t)
-			b, err := envoyrun.DefaultBootstrap()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.SetWasmFile(setup.wasm); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.SetPluginConfig(mustJSON(t, tc.cfg)); err != nil {
-				t.Fatal(err)
-			}
+			b := localBootstrap(t, mustJSON(t, tc.cfg))
 			e, err := envoyrun.Start(context.Background(), envoyrun.Options{
 				Envoy: setup.envoy, Bootstrap: b, Concurrency: 2, Dir: logDir(t), Name: "envoy",
 				ReadyTimeout: 60 * time.Second,
@@ -122,15 +112,7 @@ func TestBadConfigRefusesToStart(t *testing.T) {
 // pointed at the build, passes `envoy --mode validate` (which also runs
 // the plugin's configure callback on the shipped plugin configuration).
 func TestShippedBootstrapValidates(t *testing.T) {
-	needLocalEnvoy(t)
-	b, err := envoyrun.DefaultBootstrap()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetWasmFile(setup.wasm); err != nil {
-		t.Fatal(err)
-	}
-	validateOK(t, b, "shipped")
+	validateOK(t, localBootstrap(t, ""), "shipped")
 }
 
 func validateOK(t *testing.T, b *envoyrun.Bootstrap, name string) {
