@@ -88,9 +88,9 @@ func (r *responder) reject(d engine.Decision) error {
 // addResponseHeaders adds the rate-limit headers (when the decision carries
 // a share to report) and the debug header to an upstream response.
 func (r *responder) addResponseHeaders(d engine.Decision, rateLimit bool) {
-	var h [][2]string
+	h := r.headers[:0]
 	if rateLimit && reportsShare(d) {
-		h = r.appendRateLimit(r.headers[:0], d)
+		h = r.appendRateLimit(h, d)
 	}
 	if r.debug {
 		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
@@ -99,9 +99,7 @@ func (r *responder) addResponseHeaders(d engine.Decision, rateLimit bool) {
 		// A refused header only loses information; the response goes on.
 		_ = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
 	}
-	if h != nil {
-		r.headers = h
-	}
+	r.headers = h
 }
 
 // reportsShare is false for admitted decisions that know no share: a store
