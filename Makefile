@@ -16,11 +16,11 @@ ENVOY_LINK    := $(BUILD)/envoy
 WASM_ENV      := GOOS=wasip1 GOARCH=wasm
 WASM_FLAGS    := -buildmode=c-shared -trimpath -ldflags='-s -w'
 
-GO_SOURCES    := $(shell find engine plugin tools -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
+GO_SOURCES    := $(shell find engine plugin tools internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
 
 # Packages that run under the race detector. The end-to-end suite drives an
 # external Envoy process, so the race detector would only slow its client.
-RACE_PKGS     := ./engine/... ./plugin/... ./tools/...
+RACE_PKGS     := ./engine/... ./plugin/... ./tools/... ./internal/...
 E2E_PKGS      := ./e2e/...
 
 .PHONY: all build deps envoy test test-unit test-e2e run bench bench-envoy charts fmt vet clean

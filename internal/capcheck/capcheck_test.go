@@ -1,0 +1,79 @@
+package capcheck
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestCheckerFindsEachViolation(t *testing.T) {
+	tests := []struct {
+		name string
+		adm  []Admission
+		want []Kind
+	}{
+		{"within both", []Admission{{Window: 1, Period: 1, Client: "a", Share: 2}, {Window: 1, Period: 1, Client: "a", Share: 2}}, nil},
+		{"over share", []Admission{{Window: 1, Period: 1, Client: "a", Share: 1}, {Window: 1, Period: 1, Client: "a", Share: 1}}, []Kind{OverShare}},
+		{"cost counts units", []Admission{{Window: 1, Period: 1, Client: "a", Share: 4, Cost: 5}}, []Kind{OverCapacity, OverShare}},
+		{"over capacity across periods", []Admission{
+			{Window: 7, Period: 1, Client: "a", Share: 3, Cost: 3},
+			{Window: 7, Period: 2, Client: "a", Share: 3, Cost: 2},
+		}, []Kind{OverCapacity}},
+		{"windows are separate", []Admission{
+			{Window: 7, Period: 1, Client: "a", Share: 4, Cost: 4},
+			{Window: 8, Period: 2, Client: "a", Share: 4, Cost: 4},
+		}, nil},
+		{"mixed shares", []Admission{{Window: 1, Period: 1, Client: "a", Share: 1}, {Window: 1, Period: 1, Client: "a", Share: 2}}, []Kind{MixedShares}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(4)
+			for _, a := range tt.adm {
+				c.Admit(a)
+			}
+			var got []Kind
+			for _, v := range c.Violations() {
+				got = append(got, v.Kind)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("violations %v, want %v (%v)", got, tt.want, c.Violations())
+			}
+		})
+	}
+}
+
+func TestWorstWindow(t *testing.T) {
+	c := New(10)
+	if w, n := c.WorstWindow(); w != 0 || n != 0 {
+		t.Fatalf("empty checker: worst window %d with %d", w, n)
+	}
+	for i, n := range []int64{3, 9, 9, 2} {
+		c.Admit(Admission{Window: int64(i), Period: uint64(i), Client: "a", Share: 10, Cost: n})
+	}
+	if w, n := c.WorstWindow(); w != 1 || n != 9 {
+		t.Fatalf("worst window %d with %d, want window 1 with 9", w, n)
+	}
+	if got := c.Admitted(); got != 23 {
+		t.Fatalf("admitted %d, want 23", got)
+	}
+}
+
+type recorder struct{ lines []string }
+
+func (r *recorder) Helper()                      {}
+func (r *recorder) Errorf(f string, args ...any) { r.lines = append(r.lines, fmt.Sprintf(f, args...)) }
+
+func TestCheckReportsEveryViolationBounded(t *testing.T) {
+	c := New(1)
+	for w := int64(0); w < 30; w++ {
+		c.Admit(Admission{Window: w, Period: uint64(w), Client: "a", Share: 5, Cost: 2})
+	}
+	var r recorder
+	c.Check(&r)
+	if len(r.lines) != 21 || !strings.Contains(r.lines[20], "10 more") {
+		t.Fatalf("Check printed %d lines, last %q", len(r.lines), r.lines[len(r.lines)-1])
+	}
+	if !strings.Contains(r.lines[0], "window 0: admitted 2 > capacity 1") {
+		t.Fatalf("first line %q", r.lines[0])
+	}
+}
