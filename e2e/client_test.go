@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
 )
 
 // upstreamBody is what the demo upstream in envoy/envoy.yaml answers.
@@ -93,7 +95,7 @@ func (tg *target) get(c *http.Client, id string) result {
 func (tg *target) register(t *testing.T, c *http.Client, id string, keep ...string) []result {
 	t.Helper()
 	var out []result
-	deadline := time.Now().Add(tg.settings.Cycle + 30*time.Second)
+	deadline := time.Now().Add(tg.settings.Engine.Cycle + 30*time.Second)
 	for time.Now().Before(deadline) {
 		for _, k := range keep {
 			if r := tg.get(c, k); r.err != nil || (r.status != 200 && r.reason() != "over_limit") {
@@ -112,7 +114,7 @@ func (tg *target) register(t *testing.T, c *http.Client, id string, keep ...stri
 		if s, err := strconv.Atoi(r.header.Get("retry-after")); err == nil && s > 0 {
 			// retry-after is whole seconds rounded up; min_cycle may be
 			// much shorter, so poll a few times within it.
-			wait = min(time.Duration(s)*time.Second, max(tg.settings.MinCycle/2, 20*time.Millisecond))
+			wait = min(time.Duration(s)*time.Second, max(tg.settings.Engine.MinCycle/2, 20*time.Millisecond))
 		}
 		time.Sleep(wait)
 	}
@@ -148,7 +150,7 @@ func anonymousBody(header string) string {
 // says "one line" and does not fix whether the newline is sent.
 func bodyLine(body string) string { return strings.TrimRight(body, "\r\n") }
 
-func cycleSeconds(s settings) int64 { return int64(math.Ceil(s.Cycle.Seconds())) }
+func cycleSeconds(s settings) int64 { return int64(math.Ceil(s.Engine.Cycle.Seconds())) }
 
 // checkAllowed checks an admitted response and returns its share (-1 when
 // the response carries no rate-limit headers).
@@ -158,7 +160,7 @@ func checkAllowed(t *testing.T, s settings, r result) int64 {
 		t.Errorf("want 200 with the upstream body, got %v", r)
 		return -1
 	}
-	if !s.HeadersOnAllowed || s.Style == "none" {
+	if !s.HeadersOnAllowed || s.RateLimitHeaders == filter.StyleNone {
 		checkNoRateLimitHeaders(t, r)
 		return -1
 	}
@@ -169,7 +171,7 @@ func checkAllowed(t *testing.T, s settings, r result) int64 {
 // but anonymous) and returns its share.
 func checkRejected(t *testing.T, s settings, r result, reason string) int64 {
 	t.Helper()
-	if r.err != nil || r.status != s.StatusCode || r.reason() != reason {
+	if r.err != nil || r.status != int(s.StatusCode) || r.reason() != reason {
 		t.Errorf("want %d %s, got %v", s.StatusCode, reason, r)
 		return -1
 	}
@@ -186,9 +188,9 @@ func checkRejected(t *testing.T, s settings, r result, reason string) int64 {
 		t.Errorf("%s retry-after = %q, want whole seconds >= 1", reason, r.header.Get("retry-after"))
 	}
 	if reason == "over_limit" && ra > cycleSeconds(s) {
-		t.Errorf("over_limit retry-after = %d s, longer than the %s cycle", ra, s.Cycle)
+		t.Errorf("over_limit retry-after = %d s, longer than the %s cycle", ra, s.Engine.Cycle)
 	}
-	if s.Style == "none" {
+	if s.RateLimitHeaders == filter.StyleNone {
 		checkNoRateLimitHeaders(t, r)
 		return -1
 	}
@@ -204,7 +206,7 @@ func checkRejected(t *testing.T, s settings, r result, reason string) int64 {
 // checkAnonymous checks the rejection of a request without a usable id.
 func checkAnonymous(t *testing.T, s settings, r result) {
 	t.Helper()
-	if r.err != nil || r.status != s.StatusCode || r.reason() != "anonymous" {
+	if r.err != nil || r.status != int(s.StatusCode) || r.reason() != "anonymous" {
 		t.Errorf("want %d anonymous, got %v", s.StatusCode, r)
 		return
 	}
@@ -246,8 +248,8 @@ var (
 func checkRateLimitHeaders(t *testing.T, s settings, r result) int64 {
 	t.Helper()
 	var share, rem, reset int64
-	switch s.Style {
-	case "x-ratelimit":
+	switch s.RateLimitHeaders {
+	case filter.StyleXRateLimit:
 		share = intHeader(t, r, "x-ratelimit-limit")
 		rem = intHeader(t, r, "x-ratelimit-remaining")
 		reset = intHeader(t, r, "x-ratelimit-reset")
@@ -256,7 +258,7 @@ func checkRateLimitHeaders(t *testing.T, s settings, r result) int64 {
 				t.Errorf("x-ratelimit style response also carries %s: %q", h, v)
 			}
 		}
-	case "ietf":
+	case filter.StyleIETF:
 		p := ietfPolicy.FindStringSubmatch(r.header.Get("ratelimit-policy"))
 		st := ietfState.FindStringSubmatch(r.header.Get("ratelimit"))
 		if p == nil || st == nil {
@@ -276,10 +278,10 @@ func checkRateLimitHeaders(t *testing.T, s settings, r result) int64 {
 			}
 		}
 	default:
-		t.Fatalf("unknown header style %q", s.Style)
+		t.Fatalf("unknown header style %s", s.RateLimitHeaders)
 	}
-	if share < 0 || share > s.Capacity {
-		t.Errorf("share %d outside [0, capacity %d]", share, s.Capacity)
+	if share < 0 || share > s.Engine.Capacity {
+		t.Errorf("share %d outside [0, capacity %d]", share, s.Engine.Capacity)
 	}
 	if rem < 0 || rem > share {
 		t.Errorf("remaining %d outside [0, share %d]", rem, share)
@@ -291,7 +293,7 @@ func checkRateLimitHeaders(t *testing.T, s settings, r result) int64 {
 }
 
 func remaining(r result, s settings) int64 {
-	if s.Style == "ietf" {
+	if s.RateLimitHeaders == filter.StyleIETF {
 		if m := ietfState.FindStringSubmatch(r.header.Get("ratelimit")); m != nil {
 			return atoi(m[2])
 		}

@@ -22,9 +22,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
 )
 
 // setup is what TestMain found in the environment.
@@ -286,78 +286,8 @@ func mustJSON(t *testing.T, v any) string {
 	return string(raw)
 }
 
-// settings are the parts of a plugin configuration the tests need, with the
-// contract's defaults filled in. The tests keep their own reading of the
-// contract rather than the plugin's parser (package main cannot be
-// imported), so a default that drifts shows up as a failure.
-type settings struct {
-	Capacity         int64
-	Cycle            time.Duration
-	Reservation      float64
-	ClientHeader     string
-	Passthrough      bool
-	MaxClients       int
-	MinCycle         time.Duration
-	Style            string
-	HeadersOnAllowed bool
-	StatusCode       int
-	MaxClientIDBytes int
-	Name             string
-	DebugHeaders     bool
-}
+// settings is the plugin configuration a test runs, with every default
+// filled in by the plugin's own parser.
+type settings = filter.Config
 
-func parseSettings(raw string) (settings, error) {
-	var in struct {
-		Capacity         *int64   `json:"capacity"`
-		Cycle            *string  `json:"cycle"`
-		Reservation      *float64 `json:"reservation"`
-		ClientHeader     *string  `json:"client_header"`
-		Mode             *string  `json:"mode"`
-		MaxClients       *int     `json:"max_clients"`
-		MinCycle         *string  `json:"min_cycle"`
-		RateLimitHeaders *string  `json:"rate_limit_headers"`
-		HeadersOnAllowed *bool    `json:"headers_on_allowed"`
-		StatusCode       *int     `json:"status_code"`
-		MaxClientIDBytes *int     `json:"max_client_id_bytes"`
-		Name             *string  `json:"name"`
-		DebugHeaders     *bool    `json:"debug_headers"`
-	}
-	if err := json.Unmarshal([]byte(raw), &in); err != nil {
-		return settings{}, err
-	}
-	if in.Capacity == nil || in.Cycle == nil {
-		return settings{}, fmt.Errorf("capacity and cycle are required")
-	}
-	cycle, err := time.ParseDuration(*in.Cycle)
-	if err != nil {
-		return settings{}, err
-	}
-	s := settings{
-		Capacity:         *in.Capacity,
-		Cycle:            cycle,
-		Reservation:      or(in.Reservation, 0.1),
-		ClientHeader:     strings.ToLower(or(in.ClientHeader, "x-client-id")),
-		Passthrough:      or(in.Mode, "enforce") == "passthrough",
-		MaxClients:       or(in.MaxClients, 1000),
-		MinCycle:         cycle / 10,
-		Style:            or(in.RateLimitHeaders, "x-ratelimit"),
-		HeadersOnAllowed: or(in.HeadersOnAllowed, true),
-		StatusCode:       or(in.StatusCode, 429),
-		MaxClientIDBytes: or(in.MaxClientIDBytes, 256),
-		Name:             or(in.Name, "default"),
-		DebugHeaders:     or(in.DebugHeaders, false),
-	}
-	if in.MinCycle != nil {
-		if s.MinCycle, err = time.ParseDuration(*in.MinCycle); err != nil {
-			return settings{}, err
-		}
-	}
-	return s, nil
-}
-
-func or[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
-}
+func parseSettings(raw string) (settings, error) { return filter.ParseConfig([]byte(raw)) }

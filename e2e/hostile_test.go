@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 )
 
 // rawGet sends one HTTP/1.1 request with the header line exactly as given
@@ -144,7 +144,7 @@ func binaryIDs(t *testing.T, tg *target) {
 			outcomes[fmt.Sprintf("%d %s", resp.StatusCode, resp.Header.Get("x-borrowcycle-reason"))]++
 			switch resp.StatusCode {
 			case 200, 400:
-			case tg.settings.StatusCode:
+			case int(tg.settings.StatusCode):
 				if reason := resp.Header.Get("x-borrowcycle-reason"); reason != "pending" && reason != "anonymous" && reason != "table_full" {
 					t.Errorf("binary id %d: rejected with reason %q: %s", i, reason, body)
 				}

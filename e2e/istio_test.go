@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 	"gopkg.in/yaml.v3"
 )
 
@@ -37,27 +37,14 @@ func loadIstioYAML(t *testing.T, name string) map[string]any {
 	return doc
 }
 
-// field walks string keys and int list indexes.
+// field is envoyrun.Leaf, failing the test when the path is missing.
 func field(t *testing.T, doc any, steps ...any) any {
 	t.Helper()
-	cur := doc
-	for _, s := range steps {
-		switch k := s.(type) {
-		case string:
-			m, ok := cur.(map[string]any)
-			if !ok {
-				t.Fatalf("%v: not a map before %q", steps, k)
-			}
-			cur = m[k]
-		case int:
-			l, ok := cur.([]any)
-			if !ok || k >= len(l) {
-				t.Fatalf("%v: no element %d", steps, k)
-			}
-			cur = l[k]
-		}
+	v, err := envoyrun.Leaf(doc, steps...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return cur
+	return v
 }
 
 func wantField(t *testing.T, doc any, want any, steps ...any) {
@@ -117,8 +104,8 @@ func TestIstioEnvoyFilter(t *testing.T) {
 	if _, set := config.(map[string]any)["fail_open"]; set {
 		t.Error("the legacy fail_open is set; failure_policy replaces it")
 	}
-	if field(t, config, "failure_policy") == nil {
-		t.Error("failure_policy is not set")
+	if _, err := envoyrun.Leaf(config, "failure_policy"); err != nil {
+		t.Errorf("failure_policy is not set: %v", err)
 	}
 
 	// Put the patched filter in place of the Wasm filter of the shipped

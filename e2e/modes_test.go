@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 )
 
 // TestPassthroughAdmitsAndCounts: passthrough mode admits every request and

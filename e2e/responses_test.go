@@ -40,7 +40,7 @@ func exchange(t *testing.T, tg *target) map[string]int64 {
 	r := rs[len(rs)-1]
 	share := checkAllowed(t, s, r)
 	seen["allowed"]++
-	for i := int64(0); i <= s.Capacity && !t.Failed(); i++ {
+	for i := int64(0); i <= s.Engine.Capacity && !t.Failed(); i++ {
 		r = tg.get(c, id)
 		if r.status != 200 {
 			break

@@ -39,7 +39,7 @@ import (
 	"fortio.org/fortio/periodic"
 	"fortio.org/log"
 
-	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 )
 
 type options struct {

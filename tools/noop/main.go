@@ -1,5 +1,6 @@
-// Command noop is a proxy-wasm HTTP filter that reads the client header and
-// lets every request through. Built exactly like the real plugin, it is the
+// Command noop is a proxy-wasm HTTP filter that reads the client id the way
+// Borrowcycle does (the default client header, filter.ClientID) and lets
+// every request through. Built exactly like the real plugin, it is the
 // baseline for the per-request cost of Borrowcycle (tools/wasmhost benchmarks)
 // and the guest with which tools/wasmhost proves its own host functions.
 //
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -31,8 +33,6 @@ import (
 func main() {}
 
 func init() { proxywasm.SetVMContext(&vmContext{}) }
-
-const clientHeader = "x-client-id"
 
 type config struct {
 	Counter       string `json:"counter"`
@@ -109,8 +109,9 @@ type httpContext struct {
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
-	// A missing header is an ordinary request for the baseline.
-	h.client, _ = proxywasm.GetHttpRequestHeader(clientHeader)
+	// A missing or invalid id is an ordinary request for the baseline.
+	value, err := proxywasm.GetHttpRequestHeader(filter.DefaultClientHeader)
+	h.client, _ = filter.ClientID(value, err == nil, filter.DefaultMaxClientIDBytes)
 	cfg := &h.plugin.cfg
 	if cfg.Counter != "" {
 		h.plugin.requests.Increment(1)

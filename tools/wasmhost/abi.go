@@ -6,6 +6,15 @@ import (
 	"strings"
 )
 
+// EnvoyWASI is the set of WASI functions Envoy (>= 1.33) provides to Go
+// modules; a module that imports any other WASI function fails to load.
+var EnvoyWASI = map[string]bool{
+	"args_get": true, "args_sizes_get": true, "clock_time_get": true, "environ_get": true,
+	"environ_sizes_get": true, "fd_close": true, "fd_fdstat_get": true, "fd_fdstat_set_flags": true,
+	"fd_prestat_dir_name": true, "fd_prestat_get": true, "fd_write": true, "poll_oneoff": true,
+	"proc_exit": true, "random_get": true, "sched_yield": true,
+}
+
 // Status is a proxy-wasm call result (WasmResult in proxy-wasm-cpp-host).
 type Status uint32
 

@@ -42,6 +42,18 @@ func fn(n int, f func(vm *VM, mem api.Memory, stack []uint64) Status) envFunc {
 	return envFunc{params: i32s(n), results: i32s(1), fn: f}
 }
 
+// onHeaderMap builds an envFunc like fn whose first parameter is a header
+// map type: f gets the stream's map of that type.
+func onHeaderMap(n int, f func(vm *VM, mem api.Memory, stack []uint64, m *[][2]string) Status) envFunc {
+	return fn(n, func(vm *VM, mem api.Memory, s []uint64) Status {
+		m, status := vm.headerMap(arg(s, 0))
+		if status != StatusOK {
+			return status
+		}
+		return f(vm, mem, s, m)
+	})
+}
+
 // envFuncs are the env imports of the Go SDK (proxywasm/internal/
 // abi_hostcalls.go) that this host implements. Queues, HTTP calls, foreign
 // functions and body buffers are left to stubs.
@@ -50,12 +62,12 @@ var envFuncs = map[string]envFunc{
 	"proxy_send_local_response":          fn(8, proxySendLocalResponse),
 	"proxy_get_shared_data":              fn(5, proxyGetSharedData),
 	"proxy_set_shared_data":              fn(5, proxySetSharedData),
-	"proxy_get_header_map_value":         fn(5, proxyGetHeaderMapValue),
-	"proxy_add_header_map_value":         fn(5, proxyAddHeaderMapValue),
-	"proxy_replace_header_map_value":     fn(5, proxyReplaceHeaderMapValue),
-	"proxy_remove_header_map_value":      fn(3, proxyRemoveHeaderMapValue),
-	"proxy_get_header_map_pairs":         fn(3, proxyGetHeaderMapPairs),
-	"proxy_set_header_map_pairs":         fn(3, proxySetHeaderMapPairs),
+	"proxy_get_header_map_value":         onHeaderMap(5, proxyGetHeaderMapValue),
+	"proxy_add_header_map_value":         onHeaderMap(5, proxyAddHeaderMapValue),
+	"proxy_replace_header_map_value":     onHeaderMap(5, proxyReplaceHeaderMapValue),
+	"proxy_remove_header_map_value":      onHeaderMap(3, proxyRemoveHeaderMapValue),
+	"proxy_get_header_map_pairs":         onHeaderMap(3, proxyGetHeaderMapPairs),
+	"proxy_set_header_map_pairs":         onHeaderMap(3, proxySetHeaderMapPairs),
 	"proxy_get_buffer_bytes":             fn(5, proxyGetBufferBytes),
 	"proxy_continue_stream":              fn(1, proxyContinueStream),
 	"proxy_close_stream":                 fn(1, okStatus),
@@ -72,24 +84,41 @@ var envFuncs = map[string]envFunc{
 
 func arg(stack []uint64, i int) uint32 { return uint32(stack[i]) }
 
-// view returns guest memory [ptr, ptr+size) without copying; ok is false
-// when the range is outside memory.
-func view(mem api.Memory, ptr, size uint32) ([]byte, bool) {
+// view returns the guest memory whose pointer and size are the arguments
+// i and i+1, without copying; ok is false when the range is outside memory.
+func view(mem api.Memory, s []uint64, i int) ([]byte, bool) {
+	size := arg(s, i+1)
 	if size == 0 {
 		return nil, true
 	}
-	return mem.Read(ptr, size)
+	return mem.Read(arg(s, i), size)
 }
 
-func viewString(mem api.Memory, ptr, size uint32) (string, bool) {
-	b, ok := view(mem, ptr, size)
+func viewString(mem api.Memory, s []uint64, i int) (string, bool) {
+	b, ok := view(mem, s, i)
 	return string(b), ok
+}
+
+// view2 is view of two ranges, the arguments i, i+1 and j, j+1; ok is
+// false when either is outside memory.
+func view2(mem api.Memory, s []uint64, i, j int) (a, b []byte, ok bool) {
+	a, ok1 := view(mem, s, i)
+	b, ok2 := view(mem, s, j)
+	return a, b, ok1 && ok2
+}
+
+// written is the status of a write into guest memory.
+func written(ok bool) Status {
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
 }
 
 func okStatus(*VM, api.Memory, []uint64) Status { return StatusOK }
 
 func proxyLog(vm *VM, mem api.Memory, s []uint64) Status {
-	msg, ok := viewString(mem, arg(s, 1), arg(s, 2))
+	msg, ok := viewString(mem, s, 1)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -102,9 +131,8 @@ func proxySendLocalResponse(vm *VM, mem api.Memory, s []uint64) Status {
 	if st == nil {
 		return StatusBadArgument
 	}
-	body, ok1 := view(mem, arg(s, 3), arg(s, 4))
-	raw, ok2 := view(mem, arg(s, 5), arg(s, 6))
-	if !ok1 || !ok2 {
+	body, raw, ok := view2(mem, s, 3, 5)
+	if !ok {
 		return StatusInvalidMemoryAccess
 	}
 	headers, err := decodePairs(raw)
@@ -118,7 +146,7 @@ func proxySendLocalResponse(vm *VM, mem api.Memory, s []uint64) Status {
 }
 
 func proxyGetSharedData(vm *VM, mem api.Memory, s []uint64) Status {
-	key, ok := viewString(mem, arg(s, 0), arg(s, 1))
+	key, ok := viewString(mem, s, 0)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -131,19 +159,15 @@ func proxyGetSharedData(vm *VM, mem api.Memory, s []uint64) Status {
 	if st := vm.copyOut(mem, value, arg(s, 2), arg(s, 3)); st != StatusOK {
 		return st
 	}
-	if !mem.WriteUint32Le(arg(s, 4), cas) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
+	return written(mem.WriteUint32Le(arg(s, 4), cas))
 }
 
 func proxySetSharedData(vm *VM, mem api.Memory, s []uint64) Status {
-	key, ok1 := viewString(mem, arg(s, 0), arg(s, 1))
-	value, ok2 := view(mem, arg(s, 2), arg(s, 3))
-	if !ok1 || !ok2 {
+	key, value, ok := view2(mem, s, 0, 2)
+	if !ok {
 		return StatusInvalidMemoryAccess
 	}
-	return vm.host.shared.Set(key, value, arg(s, 4))
+	return vm.host.shared.Set(string(key), value, arg(s, 4))
 }
 
 // headerMap returns the stream's map of the given type. Trailers are always
@@ -167,12 +191,8 @@ func (vm *VM) headerMap(mapType uint32) (*[][2]string, Status) {
 	return nil, StatusBadArgument
 }
 
-func proxyGetHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
-	m, status := vm.headerMap(arg(s, 0))
-	if status != StatusOK {
-		return status
-	}
-	key, ok := viewString(mem, arg(s, 1), arg(s, 2))
+func proxyGetHeaderMapValue(vm *VM, mem api.Memory, s []uint64, m *[][2]string) Status {
+	key, ok := viewString(mem, s, 1)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -186,16 +206,11 @@ func proxyGetHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
 }
 
 func headerKeyValue(mem api.Memory, s []uint64) (key, value string, ok bool) {
-	key, ok1 := viewString(mem, arg(s, 1), arg(s, 2))
-	value, ok2 := viewString(mem, arg(s, 3), arg(s, 4))
-	return strings.ToLower(key), value, ok1 && ok2
+	k, v, ok := view2(mem, s, 1, 3)
+	return strings.ToLower(string(k)), string(v), ok
 }
 
-func proxyAddHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
-	m, status := vm.headerMap(arg(s, 0))
-	if status != StatusOK {
-		return status
-	}
+func proxyAddHeaderMapValue(vm *VM, mem api.Memory, s []uint64, m *[][2]string) Status {
 	key, value, ok := headerKeyValue(mem, s)
 	if !ok {
 		return StatusInvalidMemoryAccess
@@ -206,11 +221,7 @@ func proxyAddHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
 
 // proxyReplaceHeaderMapValue follows Envoy's setCopy: the first entry with
 // the key takes the value, or the pair is added.
-func proxyReplaceHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
-	m, status := vm.headerMap(arg(s, 0))
-	if status != StatusOK {
-		return status
-	}
+func proxyReplaceHeaderMapValue(vm *VM, mem api.Memory, s []uint64, m *[][2]string) Status {
 	key, value, ok := headerKeyValue(mem, s)
 	if !ok {
 		return StatusInvalidMemoryAccess
@@ -225,12 +236,8 @@ func proxyReplaceHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
 	return StatusOK
 }
 
-func proxyRemoveHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
-	m, status := vm.headerMap(arg(s, 0))
-	if status != StatusOK {
-		return status
-	}
-	key, ok := viewString(mem, arg(s, 1), arg(s, 2))
+func proxyRemoveHeaderMapValue(vm *VM, mem api.Memory, s []uint64, m *[][2]string) Status {
+	key, ok := viewString(mem, s, 1)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -238,20 +245,12 @@ func proxyRemoveHeaderMapValue(vm *VM, mem api.Memory, s []uint64) Status {
 	return StatusOK
 }
 
-func proxyGetHeaderMapPairs(vm *VM, mem api.Memory, s []uint64) Status {
-	m, status := vm.headerMap(arg(s, 0))
-	if status != StatusOK {
-		return status
-	}
+func proxyGetHeaderMapPairs(vm *VM, mem api.Memory, s []uint64, m *[][2]string) Status {
 	return vm.copyOut(mem, encodePairs(*m), arg(s, 1), arg(s, 2))
 }
 
-func proxySetHeaderMapPairs(vm *VM, mem api.Memory, s []uint64) Status {
-	m, status := vm.headerMap(arg(s, 0))
-	if status != StatusOK {
-		return status
-	}
-	raw, ok := view(mem, arg(s, 1), arg(s, 2))
+func proxySetHeaderMapPairs(vm *VM, mem api.Memory, s []uint64, m *[][2]string) Status {
+	raw, ok := view(mem, s, 1)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -302,7 +301,7 @@ func proxySetTickPeriod(vm *VM, _ api.Memory, s []uint64) Status {
 }
 
 func proxyDefineMetric(vm *VM, mem api.Memory, s []uint64) Status {
-	name, ok := viewString(mem, arg(s, 1), arg(s, 2))
+	name, ok := viewString(mem, s, 1)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -310,10 +309,7 @@ func proxyDefineMetric(vm *VM, mem api.Memory, s []uint64) Status {
 	if status != StatusOK {
 		return status
 	}
-	if !mem.WriteUint32Le(arg(s, 3), id) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
+	return written(mem.WriteUint32Le(arg(s, 3), id))
 }
 
 func proxyIncrementMetric(vm *VM, _ api.Memory, s []uint64) Status {
@@ -329,14 +325,11 @@ func proxyGetMetric(vm *VM, mem api.Memory, s []uint64) Status {
 	if status != StatusOK {
 		return status
 	}
-	if !mem.WriteUint64Le(arg(s, 1), v) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
+	return written(mem.WriteUint64Le(arg(s, 1), v))
 }
 
 func proxyGetProperty(vm *VM, mem api.Memory, s []uint64) Status {
-	raw, ok := view(mem, arg(s, 0), arg(s, 1))
+	raw, ok := view(mem, s, 0)
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
@@ -348,9 +341,8 @@ func proxyGetProperty(vm *VM, mem api.Memory, s []uint64) Status {
 }
 
 func proxySetProperty(vm *VM, mem api.Memory, s []uint64) Status {
-	raw, ok1 := view(mem, arg(s, 0), arg(s, 1))
-	value, ok2 := view(mem, arg(s, 2), arg(s, 3))
-	if !ok1 || !ok2 {
+	raw, value, ok := view2(mem, s, 0, 2)
+	if !ok {
 		return StatusInvalidMemoryAccess
 	}
 	vm.host.SetProperty(propertyKey(raw), string(value))

@@ -12,15 +12,6 @@ import (
 // These tests prove the host on the noop plugin alone, before any test
 // trusts it with the real one.
 
-// envoyWASI is the WASI subset Envoy >= 1.33 provides to Go plugins
-// (shared/notes/envoy-facts.md, "Go >= 1.24 plugins").
-var envoyWASI = map[string]bool{
-	"args_get": true, "args_sizes_get": true, "clock_time_get": true, "environ_get": true,
-	"environ_sizes_get": true, "fd_close": true, "fd_fdstat_get": true, "fd_fdstat_set_flags": true,
-	"fd_prestat_dir_name": true, "fd_prestat_get": true, "fd_write": true, "poll_oneoff": true,
-	"proc_exit": true, "random_get": true, "sched_yield": true,
-}
-
 // sdkUnmodelled are the SDK's env imports this host leaves to stubs.
 var sdkUnmodelled = map[string]bool{
 	"proxy_register_shared_queue": true, "proxy_resolve_shared_queue": true,
@@ -35,7 +26,7 @@ func checkImports(t *testing.T, m *Module) {
 	for _, imp := range m.Imports() {
 		switch imp.Module {
 		case "wasi_snapshot_preview1":
-			if !envoyWASI[imp.Name] {
+			if !EnvoyWASI[imp.Name] {
 				t.Errorf("imports %v, which Envoy does not provide", imp)
 			}
 		case "env":

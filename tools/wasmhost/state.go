@@ -1,86 +1,49 @@
 package wasmhost
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/borrowcycle/borrowcycle/engine"
 )
 
 // SharedData is the process-wide key-value store behind
-// proxy_get_shared_data and proxy_set_shared_data, with the semantics of
-// proxy-wasm-cpp-host's src/shared_data.cc:
-//   - one mutex over everything;
-//   - one global uint32 CAS counter (not one per key) that starts at 1,
-//     advances on every successful set and skips 0 when it wraps;
-//   - set with cas 0 overwrites; set on a missing key succeeds whatever the
-//     cas; any other cas that is not the key's current one is a mismatch;
-//   - no delete;
-//   - get returns a copy.
-//
-// Envoy keeps one such map per vm_id; a Host is one vm_id.
-type SharedData struct {
-	mu      sync.Mutex
-	entries map[string]sharedEntry
-	nextCAS uint32
-}
-
-type sharedEntry struct {
-	value []byte
-	cas   uint32
-}
+// proxy_get_shared_data and proxy_set_shared_data. The store is
+// engine.MemStore, which has the semantics of Envoy's shared data; this
+// adapter only turns its errors into the ABI's status codes. Envoy keeps
+// one such map per vm_id; a Host is one vm_id.
+type SharedData struct{ store *engine.MemStore }
 
 // NewSharedData returns an empty store whose first set gets CAS 1.
-func NewSharedData() *SharedData {
-	return &SharedData{entries: make(map[string]sharedEntry), nextCAS: 1}
-}
+func NewSharedData() *SharedData { return &SharedData{store: engine.NewMemStore()} }
 
 // Get returns a copy of the value of key and its CAS, or StatusNotFound.
 func (s *SharedData) Get(key string) ([]byte, uint32, Status) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[key]
-	if !ok {
-		return nil, 0, StatusNotFound
-	}
-	return append([]byte(nil), e.value...), e.cas, StatusOK
+	v, cas, err := s.store.Get(key)
+	return v, cas, storeStatus(err)
 }
 
-// Set stores a copy of value under key if cas allows it (see SharedData).
+// Set stores a copy of value under key if cas allows it (see
+// engine.MemStore).
 func (s *SharedData) Set(key string, value []byte, cas uint32) Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.entries[key]; ok && cas != 0 && cas != e.cas {
+	return storeStatus(s.store.Set(key, value, cas))
+}
+
+// Store is the store itself, for tests that read or steer it directly.
+func (s *SharedData) Store() *engine.MemStore { return s.store }
+
+// storeStatus is the ABI status of a store error.
+func storeStatus(err error) Status {
+	switch {
+	case err == nil:
+		return StatusOK
+	case errors.Is(err, engine.ErrNotFound):
+		return StatusNotFound
+	case errors.Is(err, engine.ErrCASMismatch):
 		return StatusCasMismatch
 	}
-	s.entries[key] = sharedEntry{value: append([]byte(nil), value...), cas: s.takeCAS()}
-	return StatusOK
-}
-
-// takeCAS hands out the next CAS value; the caller holds s.mu.
-func (s *SharedData) takeCAS() uint32 {
-	c := s.nextCAS
-	s.nextCAS++
-	if s.nextCAS == 0 {
-		s.nextCAS = 1
-	}
-	return c
-}
-
-// SetNextCAS moves the global CAS counter, so tests can reach wrap-around.
-func (s *SharedData) SetNextCAS(c uint32) {
-	s.mu.Lock()
-	s.nextCAS = c
-	s.mu.Unlock()
-}
-
-// Keys returns the keys present, in no particular order.
-func (s *SharedData) Keys() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.entries))
-	for k := range s.entries {
-		keys = append(keys, k)
-	}
-	return keys
+	return StatusInternalFailure
 }
 
 // Metrics is the process-wide stats store. As in Envoy, a metric is named,

@@ -1,10 +1,13 @@
 package wasmhost
 
 import (
-	"math"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+	"github.com/borrowcycle/borrowcycle/engine/storetest"
 )
 
 func TestSharedDataEnvoySemantics(t *testing.T) {
@@ -50,16 +53,33 @@ func TestSharedDataEnvoySemantics(t *testing.T) {
 	}
 }
 
-func TestSharedDataCASWrapSkipsZero(t *testing.T) {
-	s := NewSharedData()
-	s.SetNextCAS(math.MaxUint32)
-	s.Set("k", nil, 0)
-	_, c1, _ := s.Get("k")
-	s.Set("k", nil, c1)
-	_, c2, _ := s.Get("k")
-	if c1 != math.MaxUint32 || c2 != 1 {
-		t.Fatalf("cas around wrap: %d then %d, want %d then 1", c1, c2, uint32(math.MaxUint32))
+// statusStore reads SharedData back through its statuses, so that the
+// engine's Store contract checks the adapter, not only the store under it.
+type statusStore struct{ s *SharedData }
+
+var statusErrors = map[Status]error{StatusNotFound: engine.ErrNotFound, StatusCasMismatch: engine.ErrCASMismatch}
+
+func statusError(st Status) error {
+	if st == StatusOK {
+		return nil
 	}
+	if err, ok := statusErrors[st]; ok {
+		return err
+	}
+	return fmt.Errorf("status %v", st)
+}
+
+func (a statusStore) Get(key string) ([]byte, uint32, error) {
+	v, cas, st := a.s.Get(key)
+	return v, cas, statusError(st)
+}
+
+func (a statusStore) Set(key string, value []byte, cas uint32) error {
+	return statusError(a.s.Set(key, value, cas))
+}
+
+func TestSharedDataStoreContract(t *testing.T) {
+	storetest.Run(t, func(*testing.T) engine.Store { return statusStore{NewSharedData()} })
 }
 
 func TestMetricsOneStatPerName(t *testing.T) {

@@ -1,24 +1,15 @@
 //go:build !wasm
 
-package main
+package host
 
 import (
 	"context"
 	"sort"
 	"testing"
 
+	"github.com/borrowcycle/borrowcycle/tools/wasmhost"
 	"github.com/tetratelabs/wazero"
 )
-
-// wasiAllowed are the WASI functions Envoy >= 1.33 provides to Go modules
-// (docs: /work/shared/notes/envoy-facts.md, "Go >= 1.24 plugins"). An import
-// outside env.* and this list makes Envoy refuse the module at load time.
-var wasiAllowed = map[string]bool{
-	"args_get": true, "args_sizes_get": true, "clock_time_get": true, "environ_get": true,
-	"environ_sizes_get": true, "fd_close": true, "fd_fdstat_get": true, "fd_fdstat_set_flags": true,
-	"fd_prestat_dir_name": true, "fd_prestat_get": true, "fd_write": true, "poll_oneoff": true,
-	"proc_exit": true, "random_get": true, "sched_yield": true,
-}
 
 // requiredExports are what Envoy calls: the ABI version marker, the
 // allocator it copies host data through, the reactor initialiser, and the
@@ -48,7 +39,7 @@ func TestModuleImportsAndExports(t *testing.T) {
 	for _, f := range mod.ImportedFunctions() {
 		module, name, _ := f.Import()
 		imports = append(imports, module+"."+name)
-		if module == "env" || module == "wasi_snapshot_preview1" && wasiAllowed[name] {
+		if module == "env" || module == "wasi_snapshot_preview1" && wasmhost.EnvoyWASI[name] {
 			continue
 		}
 		t.Errorf("import %s.%s is neither env.* nor an allowed WASI function", module, name)

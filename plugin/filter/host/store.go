@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"errors"
@@ -14,13 +14,8 @@ import (
 // workers agree on one limit. Keys arrive already prefixed by the engine
 // (engine.Config.KeyPrefix, "borrowcycle/<name>").
 type sharedStore struct {
-	// zeroCASSeen records that the host handed out CAS 0 from a Get. Envoy
-	// never does (its counter skips 0) and treats Set with CAS 0 as "overwrite
-	// unconditionally", which would break the engine's protocol; the SDK's
-	// emulator does hand out 0 (a key created with CAS 2^32-1 gets 2^32-1+1),
-	// and there 0 is a real compare. So 0 is passed to Set only on a host
-	// that produced it.
-	zeroCASSeen bool
+	// zeroCAS passes CAS 0 through as a compare; see testSupport.ZeroCAS.
+	zeroCAS bool
 }
 
 var errZeroCAS = errors.New("shared data: refusing cas 0, which the host would treat as an unconditional overwrite")
@@ -32,15 +27,12 @@ func (s *sharedStore) Get(key string) ([]byte, uint32, error) {
 	if err != nil {
 		return nil, 0, storeError("get", key, err)
 	}
-	if cas == 0 {
-		s.zeroCASSeen = true
-	}
 	return v, cas, nil
 }
 
 // Set implements engine.Store.
 func (s *sharedStore) Set(key string, value []byte, cas uint32) error {
-	if cas == 0 && !s.zeroCASSeen {
+	if cas == 0 && !s.zeroCAS {
 		return errZeroCAS
 	}
 	if err := proxywasm.SetSharedData(key, value, cas); err != nil {

@@ -131,7 +131,7 @@ func (b *Bootstrap) PluginConfig() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, err := leaf(cfg, "configuration", "value")
+	v, err := Leaf(cfg, "configuration", "value")
 	if err != nil {
 		return "", err
 	}
@@ -235,7 +235,7 @@ func (b *Bootstrap) wasmPluginConfig() (map[string]any, error) {
 // path walks maps by string keys and lists by int indexes to a map (the
 // callers edit one).
 func path(node any, steps ...any) (any, error) {
-	cur, err := leaf(node, steps...)
+	cur, err := Leaf(node, steps...)
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +245,9 @@ func path(node any, steps ...any) (any, error) {
 	return cur, nil
 }
 
-// leaf walks maps by string keys and lists by int indexes.
-func leaf(node any, steps ...any) (any, error) {
+// Leaf walks a decoded YAML or JSON document: maps by string keys and
+// lists by int indexes.
+func Leaf(node any, steps ...any) (any, error) {
 	cur := node
 	for i, s := range steps {
 		switch k := s.(type) {

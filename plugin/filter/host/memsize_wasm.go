@@ -1,4 +1,4 @@
-package main
+package host
 
 // linearMemoryPages is the wasm memory.size instruction: the VM's linear
 // memory in 64 KiB pages. Implemented in memsize_wasm.s; the Go runtime has

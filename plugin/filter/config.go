@@ -1,4 +1,4 @@
-package main
+package filter
 
 import (
 	"bytes"
@@ -13,26 +13,28 @@ import (
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
-// headerStyle is which rate-limit headers responses carry.
-type headerStyle uint8
+// HeaderStyle is which rate-limit headers responses carry.
+type HeaderStyle uint8
 
+// The values of rate_limit_headers.
 const (
-	styleXRateLimit headerStyle = iota
-	styleIETF
-	styleNone
+	StyleXRateLimit HeaderStyle = iota
+	StyleIETF
+	StyleNone
 )
 
 var styleNames = [...]string{"x-ratelimit", "ietf", "none"}
 
-func (s headerStyle) String() string { return styleNames[s] }
+// String is the style's name in the configuration.
+func (s HeaderStyle) String() string { return styleNames[s] }
 
-// pluginConfig is the parsed plugin configuration (docs/contract.md), with
-// every default filled in and the engine's Config derived from it.
-type pluginConfig struct {
+// Config is the parsed plugin configuration (docs/contract.md), with every
+// default filled in and the engine's Config derived from it.
+type Config struct {
 	ClientHeader     string // lower-cased: Envoy looks headers up lower-cased
 	Passthrough      bool
 	HeadersOnAllowed bool
-	RateLimitHeaders headerStyle
+	RateLimitHeaders HeaderStyle
 	StatusCode       uint32
 	MaxClientIDBytes int
 	Name             string
@@ -72,35 +74,36 @@ func (e *configError) Error() string { return e.Field + ": " + e.Reason }
 
 func fieldError(field, reason string) error { return &configError{Field: field, Reason: reason} }
 
-// Bounds of the contract that the engine does not impose itself.
+// Defaults and bounds of the contract that the engine does not impose
+// itself.
 const (
-	defaultClientHeader     = "x-client-id"
-	defaultName             = "default"
-	defaultStatusCode       = 429
-	defaultMaxClientIDBytes = 256
+	DefaultClientHeader     = "x-client-id"
+	DefaultName             = "default"
+	DefaultStatusCode       = 429
+	DefaultMaxClientIDBytes = 256
 	maxClientIDBytesLimit   = 4096
 	maxNameLen              = 64
 	maxHeaderNameLen        = 256
 )
 
-// parseConfig parses the plugin configuration. It is pure (no clock, no host
+// ParseConfig parses the plugin configuration. It is pure (no clock, no host
 // calls), so every Envoy worker reaches the same verdict on the same bytes:
 // a worker whose start fails after the canary passed would skip the filter.
-func parseConfig(data []byte) (pluginConfig, error) {
+func ParseConfig(data []byte) (Config, error) {
 	var raw rawConfig
 	if err := decodeStrict(data, &raw); err != nil {
-		return pluginConfig{}, err
+		return Config{}, err
 	}
 	p := &fieldParser{}
 	capacity := p.integer("capacity", raw.Capacity, 0, 1, engine.MaxCapacity, true)
 	cycle := p.duration("cycle", raw.Cycle, 0, 0, engine.MaxCycle, true)
 	if p.err != nil {
-		return pluginConfig{}, p.err
+		return Config{}, p.err
 	}
 	ec := engine.Defaults(capacity, cycle)
 	ec.Reservation = p.number("reservation", raw.Reservation, ec.Reservation, 0, 1)
-	cfg := pluginConfig{Engine: ec}
-	cfg.ClientHeader = p.headerName("client_header", raw.ClientHeader, defaultClientHeader)
+	cfg := Config{Engine: ec}
+	cfg.ClientHeader = p.headerName("client_header", raw.ClientHeader, DefaultClientHeader)
 	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
 	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
 	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
@@ -108,21 +111,21 @@ func parseConfig(data []byte) (pluginConfig, error) {
 	cfg.Engine.FailureModeDeny = p.boolean("failure_mode_deny", raw.FailureModeDeny, false)
 	style := p.enum("rate_limit_headers", raw.RateLimitHeaders, styleNames[0], styleNames[:]...)
 	cfg.HeadersOnAllowed = p.boolean("headers_on_allowed", raw.HeadersOnAllowed, true)
-	cfg.StatusCode = uint32(p.integer("status_code", raw.StatusCode, defaultStatusCode, 400, 599, false))
-	cfg.MaxClientIDBytes = int(p.integer("max_client_id_bytes", raw.MaxClientIDBytes, defaultMaxClientIDBytes, 1, maxClientIDBytesLimit, false))
-	cfg.Name = p.name("name", raw.Name, defaultName)
+	cfg.StatusCode = uint32(p.integer("status_code", raw.StatusCode, DefaultStatusCode, 400, 599, false))
+	cfg.MaxClientIDBytes = int(p.integer("max_client_id_bytes", raw.MaxClientIDBytes, DefaultMaxClientIDBytes, 1, maxClientIDBytesLimit, false))
+	cfg.Name = p.name("name", raw.Name, DefaultName)
 	cfg.DebugHeaders = p.boolean("debug_headers", raw.DebugHeaders, false)
 	if p.err != nil {
-		return pluginConfig{}, p.err
+		return Config{}, p.err
 	}
 	cfg.Engine.Passthrough = mode == "passthrough"
 	cfg.Passthrough = cfg.Engine.Passthrough
-	cfg.RateLimitHeaders = headerStyle(indexOf(styleNames[:], style))
+	cfg.RateLimitHeaders = HeaderStyle(indexOf(styleNames[:], style))
 	// The shared-data map is per vm_id, so the limit's name keeps limits
 	// that share a vm_id apart.
 	cfg.Engine.KeyPrefix = "borrowcycle/" + cfg.Name
 	if err := cfg.Engine.Validate(); err != nil {
-		return pluginConfig{}, fromEngineError(err)
+		return Config{}, fromEngineError(err)
 	}
 	return cfg, nil
 }

@@ -2,7 +2,7 @@
 
 // The SDK's host emulator (proxytest) builds only natively.
 
-package main
+package host
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -22,7 +23,7 @@ import (
 // (build/borrowcycle.wasm) on wazero through proxytest.NewWasmVMContext, the
 // binary Envoy loads. proxytest has one global host, so no test is parallel.
 
-const wasmPath = "../build/borrowcycle.wasm"
+const wasmPath = "../../../build/borrowcycle.wasm"
 
 var runners = []string{"go", "wasm"}
 
@@ -91,7 +92,7 @@ func limitName(pluginConfig string) string {
 		Name *string `json:"name"`
 	}
 	if json.Unmarshal([]byte(pluginConfig), &c) != nil || c.Name == nil {
-		return defaultName
+		return filter.DefaultName
 	}
 	return *c.Name
 }
@@ -100,7 +101,7 @@ func limitName(pluginConfig string) string {
 // plugin's clock at.
 var clockPath = []string{"test", "now"}
 
-const testVMConfig = `{"clock_property": "test.now"}`
+const testVMConfig = `{"test_support": {"clock_property": "test.now", "zero_cas": true}}`
 
 // t0 is where every test's clock starts.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -215,19 +216,31 @@ func (h *host) admittedOf(id string, n int) int {
 func (h *host) counter(name string) uint64 {
 	h.t.Helper()
 	v, err := h.GetCounterMetric(name)
-	if err != nil {
-		h.t.Fatalf("counter %s: %v", name, err)
-	}
-	return v
+	return h.metric(name, v, err)
 }
 
 func (h *host) gauge(name string) uint64 {
 	h.t.Helper()
 	v, err := h.GetGaugeMetric(name)
+	return h.metric(name, v, err)
+}
+
+func (h *host) metric(name string, v uint64, err error) uint64 {
+	h.t.Helper()
 	if err != nil {
-		h.t.Fatalf("gauge %s: %v", name, err)
+		h.t.Fatalf("metric %s: %v", name, err)
 	}
 	return v
+}
+
+// checkCounters compares the counters prefix+name with want.
+func (h *host) checkCounters(prefix string, want map[string]uint64) {
+	h.t.Helper()
+	for name, w := range want {
+		if got := h.counter(prefix + name); got != w {
+			h.t.Errorf("%s = %d, want %d", name, got, w)
+		}
+	}
 }
 
 // logsContaining returns the logs of every level that contain s.

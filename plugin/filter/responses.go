@@ -1,11 +1,10 @@
-package main
+package filter
 
 import (
 	"strconv"
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
 
 // Header names of docs/contract.md.
@@ -32,12 +31,22 @@ var rejectionBodies = map[engine.Reason]string{
 	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",
 }
 
-// responder writes local replies and rate-limit headers for one plugin
-// context. Its buffers are reused across requests: a VM runs one callback at
-// a time, and the host copies headers and bodies before the call returns.
+// Reply is a local reply: what the host sends instead of forwarding the
+// request.
+type Reply struct {
+	Status  uint32
+	Headers [][2]string
+	Body    []byte
+}
+
+// responder plans local replies and rate-limit headers for one plugin
+// configuration. Its buffers are reused across requests: a VM runs one
+// callback at a time, and the host copies headers and bodies before the
+// callback returns, so a plan is valid until the next one.
 type responder struct {
 	status     uint32
-	style      headerStyle
+	style      HeaderStyle
+	onAllowed  bool // rate-limit headers on admitted responses
 	debug      bool
 	bodies     [][]byte // by engine.Reason
 	policyHead string   // `"<name>";q=`
@@ -47,10 +56,11 @@ type responder struct {
 	buf        []byte
 }
 
-func newResponder(cfg *pluginConfig) *responder {
-	r := &responder{
+func newResponder(cfg *Config) responder {
+	r := responder{
 		status:     cfg.StatusCode,
 		style:      cfg.RateLimitHeaders,
+		onAllowed:  cfg.HeadersOnAllowed && cfg.RateLimitHeaders != StyleNone,
 		debug:      cfg.DebugHeaders,
 		bodies:     make([][]byte, len(engine.Reasons())),
 		policyHead: strconv.Quote(cfg.Name) + ";q=",
@@ -67,10 +77,8 @@ func newResponder(cfg *pluginConfig) *responder {
 	return r
 }
 
-// reject sends the local reply for a rejected decision. The caller returns
-// types.ActionPause only when this succeeded: a stream paused without a
-// reply would hang.
-func (r *responder) reject(d engine.Decision) error {
+// reply plans the local reply for a rejected decision.
+func (r *responder) reply(d engine.Decision) Reply {
 	h := append(r.headers[:0], [2]string{hdrContentType, contentTypePlain}, [2]string{hdrReason, d.Reason.String()})
 	if d.Reason != engine.ReasonAnonymous {
 		h = append(h,
@@ -82,24 +90,22 @@ func (r *responder) reject(d engine.Decision) error {
 		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
 	}
 	r.headers = h
-	return proxywasm.SendHttpResponse(r.status, h, r.bodies[d.Reason], -1)
+	return Reply{Status: r.status, Headers: h, Body: r.bodies[d.Reason]}
 }
 
-// addResponseHeaders adds the rate-limit headers (when the decision carries
-// a share to report) and the debug header to an upstream response.
-func (r *responder) addResponseHeaders(d engine.Decision, rateLimit bool) {
+// responseHeaders plans the headers added to an upstream response: the
+// rate-limit headers (when configured for admitted responses and the
+// decision carries a share to report) and the debug header.
+func (r *responder) responseHeaders(d engine.Decision) [][2]string {
 	h := r.headers[:0]
-	if rateLimit && reportsShare(d) {
+	if r.onAllowed && reportsShare(d) {
 		h = r.appendRateLimit(h, d)
 	}
 	if r.debug {
 		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
 	}
-	for _, kv := range h {
-		// A refused header only loses information; the response goes on.
-		_ = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
-	}
 	r.headers = h
+	return h
 }
 
 // reportsShare is false for admitted decisions that know no share: a store
@@ -112,12 +118,12 @@ func reportsShare(d engine.Decision) bool {
 func (r *responder) appendRateLimit(h [][2]string, d engine.Decision) [][2]string {
 	reset := ceilSeconds(d.Reset)
 	switch r.style {
-	case styleXRateLimit:
+	case StyleXRateLimit:
 		return append(h,
 			[2]string{hdrLimit, formatInt(d.Limit)},
 			[2]string{hdrRemaining, formatInt(d.Remaining)},
 			[2]string{hdrReset, formatInt(reset)})
-	case styleIETF:
+	case StyleIETF:
 		b := strconv.AppendInt(append(r.buf[:0], r.policyHead...), d.Limit, 10)
 		policy := string(append(b, r.policyTail...))
 		b = strconv.AppendInt(append(b[:0], r.limitHead...), d.Remaining, 10)

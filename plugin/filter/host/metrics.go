@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"fmt"
@@ -64,6 +64,9 @@ func inc(c proxywasm.MetricCounter) {
 	defer func() { _ = recover() }()
 	c.Increment(1)
 }
+
+// panic counts a recovered panic.
+func (m *metrics) panic() { inc(m.panics) }
 
 // count records the outcome of one decision.
 func (m *metrics) count(d engine.Decision) {

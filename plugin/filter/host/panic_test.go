@@ -1,6 +1,6 @@
 //go:build !wasm
 
-package main
+package host
 
 import (
 	"strconv"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/borrowcycle/borrowcycle/engine"
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -43,11 +44,11 @@ func TestPanicIsRecoveredAndAppliesFailureMode(t *testing.T) {
 				t.Fatalf("start failed: %q", emu.GetErrorLogs())
 			}
 			p := vm.plugin
-			l, err := engine.New(p.cfg.Engine, panickingStore{}, engine.WithClock(p.clock))
+			f, err := filter.New(*p.filter.Config(), panickingStore{}, engine.SystemClock{}, &observer{m: p.metrics})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.limiter = l
+			p.filter = f
 			h := &host{HostEmulator: emu, t: t}
 			r := h.from("alice")
 			if deny {

@@ -1,6 +1,6 @@
-package main
+package filter
 
-// clientID turns the client header's value into the id the engine limits,
+// ClientID turns the client header's value into the id the engine limits,
 // or reports the request anonymous: header missing, nothing but spaces and
 // tabs, or longer than maxBytes after trimming.
 //
@@ -8,7 +8,7 @@ package main
 // the id is only hashed and never echoed, so whatever bytes arrive are safe:
 // they name a client like any other. The length bound keeps one request
 // from making the plugin hash (and the guest allocate) an arbitrary amount.
-func clientID(value string, found bool, maxBytes int) (string, bool) {
+func ClientID(value string, found bool, maxBytes int) (string, bool) {
 	if !found {
 		return "", false
 	}

@@ -1,4 +1,4 @@
-package main
+package filter
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ const base = `"capacity": 100, "cycle": "10s"`
 func withField(field string) string { return `{` + base + `, ` + field + `}` }
 
 func TestParseConfigDefaults(t *testing.T) {
-	cfg, err := parseConfig([]byte(`{` + base + `}`))
+	cfg, err := ParseConfig([]byte(`{` + base + `}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,14 +25,14 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Errorf("engine config = %+v, want %+v", cfg.Engine, want)
 	}
 	if cfg.ClientHeader != "x-client-id" || cfg.Passthrough || !cfg.HeadersOnAllowed ||
-		cfg.RateLimitHeaders != styleXRateLimit || cfg.StatusCode != 429 || cfg.MaxClientIDBytes != 256 ||
+		cfg.RateLimitHeaders != StyleXRateLimit || cfg.StatusCode != 429 || cfg.MaxClientIDBytes != 256 ||
 		cfg.Name != "default" || cfg.DebugHeaders {
 		t.Errorf("plugin defaults wrong: %+v", cfg)
 	}
 }
 
 func TestParseConfigEveryField(t *testing.T) {
-	cfg, err := parseConfig([]byte(`{
+	cfg, err := ParseConfig([]byte(`{
 		"capacity": 1000, "cycle": "1m", "reservation": 0.25, "client_header": "X-Tenant",
 		"mode": "passthrough", "max_clients": 65535, "idle_cycles": 7, "min_cycle": "1m",
 		"failure_mode_deny": true, "rate_limit_headers": "ietf", "headers_on_allowed": false,
@@ -46,7 +46,7 @@ func TestParseConfigEveryField(t *testing.T) {
 		e.KeyPrefix != "borrowcycle/api_v2" {
 		t.Errorf("engine config = %+v", e)
 	}
-	if cfg.ClientHeader != "x-tenant" || !cfg.Passthrough || cfg.HeadersOnAllowed || cfg.RateLimitHeaders != styleIETF ||
+	if cfg.ClientHeader != "x-tenant" || !cfg.Passthrough || cfg.HeadersOnAllowed || cfg.RateLimitHeaders != StyleIETF ||
 		cfg.StatusCode != 503 || cfg.MaxClientIDBytes != 4096 || cfg.Name != "api_v2" || !cfg.DebugHeaders {
 		t.Errorf("plugin config = %+v", cfg)
 	}
@@ -59,15 +59,15 @@ func TestParseConfigBoundsAccepted(t *testing.T) {
 		`"max_client_id_bytes": 1`, `"rate_limit_headers": "none"`, `"mode": "enforce"`,
 		`"name": "` + strings.Repeat("z", 64) + `"`, `"client_header": "x_id.v2~"`,
 	} {
-		if _, err := parseConfig([]byte(withField(field))); err != nil {
+		if _, err := ParseConfig([]byte(withField(field))); err != nil {
 			t.Errorf("%s: %v", field, err)
 		}
 	}
-	if cfg, err := parseConfig([]byte(`{"capacity": 1099511627776, "cycle": "1h"}`)); err != nil || cfg.Engine.MinCycle != 6*time.Minute {
+	if cfg, err := ParseConfig([]byte(`{"capacity": 1099511627776, "cycle": "1h"}`)); err != nil || cfg.Engine.MinCycle != 6*time.Minute {
 		t.Errorf("largest capacity and cycle: %+v, %v", cfg.Engine, err)
 	}
 	// A cycle too short for a tenth of it still gets a usable min_cycle.
-	if cfg, err := parseConfig([]byte(`{"capacity": 1, "cycle": "5ns"}`)); err != nil || cfg.Engine.MinCycle != 1 {
+	if cfg, err := ParseConfig([]byte(`{"capacity": 1, "cycle": "5ns"}`)); err != nil || cfg.Engine.MinCycle != 1 {
 		t.Errorf("5ns cycle: min_cycle %v, %v", cfg.Engine.MinCycle, err)
 	}
 }
@@ -147,7 +147,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"capacity": 1, "cycle": "1s", "status_code": 1, "reservation": 9}`, `reservation: must be a number in [0, 1], got 9`},
 	}
 	for _, c := range cases {
-		_, err := parseConfig([]byte(c.config))
+		_, err := ParseConfig([]byte(c.config))
 		if err == nil {
 			t.Errorf("%s: no error, want %q", c.config, c.want)
 			continue
@@ -170,17 +170,5 @@ func TestFromEngineErrorMapsFieldNames(t *testing.T) {
 	err = fromEngineError(&engine.FieldError{Field: "min_cycle", Reason: "bad"})
 	if err.Error() != "min_cycle: bad" {
 		t.Errorf("min_cycle error = %q", err)
-	}
-}
-
-func TestParseVMConfig(t *testing.T) {
-	if c, err := parseVMConfig([]byte(`{"clock_property": "a.b"}`)); err != nil || c.ClockProperty != "a.b" {
-		t.Errorf("clock_property: %+v, %v", c, err)
-	}
-	if c, err := parseVMConfig(nil); err != nil || c != (vmConfig{}) {
-		t.Errorf("empty: %+v, %v", c, err)
-	}
-	if _, err := parseVMConfig([]byte(`{"clock": "a"}`)); err == nil {
-		t.Error("unknown VM configuration field accepted")
 	}
 }

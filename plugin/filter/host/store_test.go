@@ -1,6 +1,6 @@
 //go:build !wasm
 
-package main
+package host
 
 import (
 	"errors"
@@ -15,20 +15,21 @@ import (
 // TestSharedStoreContract runs the engine's Store contract against
 // sharedStore over the SDK's emulated shared data (native proxytest: the
 // store is host calls, and the host is the same Go emulator in both runners).
+// The emulator hands out CAS 0, hence zeroCAS (testSupport.ZeroCAS).
 func TestSharedStoreContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) engine.Store {
 		_, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(&vmContext{}))
 		t.Cleanup(reset)
-		return &sharedStore{}
+		return &sharedStore{zeroCAS: true}
 	})
 }
 
-func TestSharedStoreRefusesUnreadCASZero(t *testing.T) {
+func TestSharedStoreRefusesCASZero(t *testing.T) {
 	_, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(&vmContext{}))
 	defer reset()
 	s := &sharedStore{}
 	if err := s.Set("k", []byte("v"), 0); !errors.Is(err, errZeroCAS) {
-		t.Fatalf("Set with cas 0 on a host that never returned it: %v, want errZeroCAS", err)
+		t.Fatalf("Set with cas 0 without zero_cas: %v, want errZeroCAS", err)
 	}
 	if _, _, err := s.Get("k"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("the refused Set wrote anyway: Get error %v", err)

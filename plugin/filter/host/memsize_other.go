@@ -1,6 +1,6 @@
 //go:build !wasm
 
-package main
+package host
 
 // linearMemoryBytes has no meaning outside a wasm VM; native tests run the
 // plugin as ordinary Go code.

@@ -1,0 +1,145 @@
+package filter
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+// These tests run the filter with no host at all: the rules of
+// docs/contract.md, from a client header to the plan the host carries out.
+
+func mustFilter(t *testing.T, config string) (*Filter, *engine.ManualClock) {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := engine.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	f, err := New(cfg, engine.NewMemStore(), clock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, clock
+}
+
+func TestReplyPlans(t *testing.T) {
+	over := engine.Decision{Reason: engine.ReasonOverLimit, WouldReject: true, Limit: 3, Remaining: 0,
+		Reset: 7500 * time.Millisecond, RetryAfter: 7500 * time.Millisecond, Cycle: 4}
+	cases := []struct {
+		name, config string
+		d            engine.Decision
+		want         Reply
+	}{
+		{"over_limit", `{"capacity": 3, "cycle": "10s"}`, over, Reply{Status: 429, Headers: [][2]string{
+			{"content-type", "text/plain"}, {"x-borrowcycle-reason", "over_limit"}, {"x-envoy-ratelimited", "true"},
+			{"retry-after", "8"}, {"x-ratelimit-limit", "3"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "8"},
+		}, Body: []byte("borrowcycle: over_limit: this client used its share for the current cycle\n")}},
+		{"ietf with debug", `{"capacity": 3, "cycle": "1500ms", "rate_limit_headers": "ietf", "name": "api", "status_code": 503, "debug_headers": true}`,
+			over, Reply{Status: 503, Headers: [][2]string{
+				{"content-type", "text/plain"}, {"x-borrowcycle-reason", "over_limit"}, {"x-envoy-ratelimited", "true"},
+				{"retry-after", "8"}, {"ratelimit-policy", `"api";q=3;w=2`}, {"ratelimit", `"api";r=0;t=8`}, {"x-borrowcycle-cycle", "4"},
+			}, Body: []byte("borrowcycle: over_limit: this client used its share for the current cycle\n")}},
+		{"no rate-limit headers", `{"capacity": 3, "cycle": "10s", "rate_limit_headers": "none"}`,
+			engine.Decision{Reason: engine.ReasonPending, WouldReject: true}, Reply{Status: 429, Headers: [][2]string{
+				{"content-type", "text/plain"}, {"x-borrowcycle-reason", "pending"}, {"x-envoy-ratelimited", "true"}, {"retry-after", "1"},
+			}, Body: []byte("borrowcycle: pending: new client is being registered; retry after the retry-after delay\n")}},
+		{"anonymous", `{"capacity": 3, "cycle": "10s", "client_header": "X-Tenant"}`,
+			engine.Decision{Reason: engine.ReasonAnonymous, WouldReject: true}, Reply{Status: 429, Headers: [][2]string{
+				{"content-type", "text/plain"}, {"x-borrowcycle-reason", "anonymous"},
+			}, Body: []byte("borrowcycle: anonymous: missing or invalid client id header \"x-tenant\"\n")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, _ := mustFilter(t, c.config)
+			if got := f.Reply(c.d); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("reply:\n got  %+v\n want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestResponseHeaderPlans(t *testing.T) {
+	ok := engine.Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 2 * time.Second, Cycle: 9}
+	cases := []struct {
+		name, config string
+		d            engine.Decision
+		want         [][2]string
+	}{
+		{"default", `{}`, ok, [][2]string{{"x-ratelimit-limit", "10"}, {"x-ratelimit-remaining", "7"}, {"x-ratelimit-reset", "2"}}},
+		{"ietf", `{"rate_limit_headers": "ietf"}`, ok, [][2]string{{"ratelimit-policy", `"default";q=10;w=10`}, {"ratelimit", `"default";r=7;t=2`}}},
+		{"not on allowed", `{"headers_on_allowed": false}`, ok, nil},
+		{"style none", `{"rate_limit_headers": "none"}`, ok, nil},
+		{"debug only", `{"headers_on_allowed": false, "debug_headers": true}`, ok, [][2]string{{"x-borrowcycle-cycle", "9"}}},
+		{"store failure admitted: no share to report", `{}`, engine.Decision{Allowed: true, Reason: engine.ReasonStoreFailure}, nil},
+		{"anonymous in passthrough", `{"mode": "passthrough"}`, engine.Decision{Allowed: true, WouldReject: true, Reason: engine.ReasonAnonymous}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			config := `{"capacity": 10, "cycle": "10s", ` + c.config[1:]
+			if c.config == `{}` {
+				config = `{"capacity": 10, "cycle": "10s"}`
+			}
+			f, _ := mustFilter(t, config)
+			if got := f.ResponseHeaders(c.d); len(got) != len(c.want) || len(got) > 0 && !reflect.DeepEqual(got, c.want) {
+				t.Errorf("headers = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDecideReadsTheClientID(t *testing.T) {
+	f, clock := mustFilter(t, `{"capacity": 2, "cycle": "10s"}`)
+	for _, c := range []struct {
+		value string
+		found bool
+	}{{"", false}, {" \t", true}, {string(make([]byte, DefaultMaxClientIDBytes+1)), true}} {
+		if d := f.Decide(c.value, c.found); d.Allowed || d.Reason != engine.ReasonAnonymous {
+			t.Errorf("Decide(%q, %t) = %+v, want anonymous", c.value, c.found, d)
+		}
+	}
+	// A lone client's share is the whole capacity; surrounding blanks are
+	// not part of its id.
+	clock.Advance(time.Second)
+	admitted := 0
+	for i := 0; i < 5; i++ {
+		if f.Decide(" alice\t", true).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Errorf("admitted %d of 5 over a capacity of 2", admitted)
+	}
+	if d := f.Decide("alice", true); d.Allowed || d.Reason != engine.ReasonOverLimit {
+		t.Errorf("the trimmed id is a different client: %+v", d)
+	}
+}
+
+func TestFailSafe(t *testing.T) {
+	cases := []struct {
+		config string
+		reject bool
+	}{
+		{`{"capacity": 1, "cycle": "1s"}`, false},
+		{`{"capacity": 1, "cycle": "1s", "failure_mode_deny": true}`, true},
+		{`{"capacity": 1, "cycle": "1s", "failure_mode_deny": true, "mode": "passthrough"}`, false},
+	}
+	for _, c := range cases {
+		f, _ := mustFilter(t, c.config)
+		d := f.FailSafe()
+		if d.Allowed == c.reject || d.Reason != engine.ReasonStoreFailure {
+			t.Errorf("%s: FailSafe = %+v, want reject=%t for store_failure", c.config, d, c.reject)
+		}
+	}
+}
+
+func TestTickPeriod(t *testing.T) {
+	for cycle, want := range map[string]time.Duration{"500ms": 100 * time.Millisecond, "5s": 500 * time.Millisecond, "1m": time.Second} {
+		f, _ := mustFilter(t, `{"capacity": 1, "cycle": "`+cycle+`"}`)
+		if got := f.TickPeriod(); got != want {
+			t.Errorf("cycle %s: tick period %s, want %s", cycle, got, want)
+		}
+	}
+}
