@@ -63,7 +63,7 @@ run: deps build envoy
 	@./tools/run.sh
 
 bench: deps build
-	$(GO) test -run='^$$' -bench=. -benchmem ./engine/ ./plugin/ ./tools/...
+	$(GO) test -run='^$$' -bench=. -benchmem ./engine/ ./plugin/... ./tools/...
 
 bench-envoy: deps build envoy
 	BORROWCYCLE_ENVOY=$(abspath $(ENVOY_LINK)) $(GO) run ./tools/loadcompare -wasm $(abspath $(WASM))
