@@ -3,6 +3,8 @@ module github.com/borrowcycle/borrowcycle
 go 1.24
 
 require (
+	fortio.org/fortio v1.69.5
+	fortio.org/log v1.18.3
 	github.com/google/go-containerregistry v0.20.6
 	github.com/proxy-wasm/proxy-wasm-go-sdk v0.0.0-20260105142703-44c7d5847745
 	github.com/tetratelabs/wazero v1.9.0
@@ -17,8 +19,6 @@ require (
 	codeberg.org/go-pdf/fpdf v0.10.0 // indirect
 	fortio.org/cli v1.10.0 // indirect
 	fortio.org/dflag v1.8.1 // indirect
-	fortio.org/fortio v1.69.5 // indirect
-	fortio.org/log v1.18.3 // indirect
 	fortio.org/safecast v1.0.0 // indirect
 	fortio.org/scli v1.16.1 // indirect
 	fortio.org/sets v1.3.0 // indirect

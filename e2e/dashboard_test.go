@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/borrowcycle/borrowcycle/e2e/envoyrun"
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 )
 
 // TestDashboardQueriesMatchEnvoy scrapes /stats/prometheus of an Envoy
