@@ -180,6 +180,8 @@ type wrkResult struct {
 	connect, read, write, timeout uint64
 	non2xx3xx                     uint64
 	p50, p99                      time.Duration
+	cpu                           time.Duration // wrk's own user+system time (rusage)
+	wall                          time.Duration // wrk's run, start to exit
 }
 
 func (r wrkResult) socketErrors() uint64 { return r.connect + r.read + r.write + r.timeout }
@@ -210,6 +212,7 @@ func (w wrkRun) run() (wrkResult, error) {
 	cmd := w.command()
 	cmd.Stdout = &out
 	cmd.Stderr = &out
+	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
 		return wrkResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out.String())
 	}
@@ -217,6 +220,9 @@ func (w wrkRun) run() (wrkResult, error) {
 	if err != nil {
 		return r, fmt.Errorf("%w\n%s", err, out.String())
 	}
+	// taskset execs wrk, so the child's rusage is wrk's.
+	r.wall = time.Since(t0)
+	r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return r, nil
 }
 

@@ -131,6 +131,7 @@ type sample struct {
 	qps       float64       // wrk's completed requests / wrk's duration
 	cpuPerReq time.Duration // Envoy CPU time / requests Envoy answered
 	cpuShare  float64       // Envoy CPU time / wall time of the interval
+	wrkShare  float64       // wrk's CPU time / its wall time
 	p50, p99  time.Duration
 	statuses  statusCounts
 }
@@ -512,6 +513,7 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 		qps:       float64(w.requests) / w.duration.Seconds(),
 		cpuPerReq: cpu / time.Duration(st.answered()),
 		cpuShare:  cpu.Seconds() / wall.Seconds(),
+		wrkShare:  w.cpu.Seconds() / w.wall.Seconds(),
 		p50:       w.p50,
 		p99:       w.p99,
 		statuses:  st,

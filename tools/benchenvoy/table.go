@@ -23,6 +23,7 @@ type Row struct {
 	P50, P99      time.Duration
 	P99vsNoop     float64
 	EnvoyCPUShare float64 // fraction of one CPU Envoy used while loaded
+	WrkCPUShare   float64 // fraction of one CPU wrk used
 	Responses     uint64  // summed over rounds
 	Status        int     // the status class every response had
 }
@@ -59,6 +60,7 @@ func (r *Results) Rows() []Row {
 			P99:           time.Duration(of(func(s sample) float64 { return float64(s.p99) })),
 			P99vsNoop:     paired(noop, func(a, b sample) float64 { return float64(a.p99) / float64(b.p99) }),
 			EnvoyCPUShare: of(func(s sample) float64 { return s.cpuShare }),
+			WrkCPUShare:   of(func(s sample) float64 { return s.wrkShare }),
 			Responses:     responses,
 			Status:        v.expect.status,
 		}
@@ -102,20 +104,24 @@ func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "rounds:  %d interleaved × %s per variant, after %s warm-up each; figures are medians over rounds\n\n", o.Rounds, o.Duration, o.Warmup)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99 ×noop\tEnvoy CPU\tresponses\t")
-	for _, row := range r.Rows() {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%.2f\t%.0f%%\t%d × %dxx\t\n",
+	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
+	rows := r.Rows()
+	lowest := 1.0
+	for _, row := range rows {
+		lowest = min(lowest, row.EnvoyCPUShare)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %dxx\t\n",
 			row.Name, row.QPS, row.QPSvsNoop, row.QPSvsLocalRL, micros(row.CPUPerReq, 2),
 			float64(row.CPUOverNoop)/float64(time.Microsecond), micros(row.P50, 0), micros(row.P99, 0),
-			row.P99vsNoop, 100*row.EnvoyCPUShare, row.Responses, row.Status/100)
+			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.WrkCPUShare, row.Responses, row.Status/100)
 	}
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nreq/s, p50, p99: wrk (closed loop, at saturation, so p50 is mostly connections ÷ req/s).")
 	fmt.Fprintln(w, "CPU µs/req: Envoy's utime+stime (/proc/<pid>/stat, all threads) over the measured interval ÷ responses it sent.")
 	fmt.Fprintln(w, "×noop, ×local_rl, Δµs, p99 ×noop: per round against the baseline in the same round, median over rounds.")
-	fmt.Fprintln(w, "Envoy CPU: share of one CPU while loaded. Well below 100% means something else (wrk, a busy machine) was the limit,")
-	fmt.Fprintln(w, "  and then CPU µs/req is inflated too: an Envoy that is not saturated handles fewer requests per wake-up.")
+	fmt.Fprintln(w, "Envoy CPU, wrk CPU: share of one CPU each used while loaded. Envoy well below 100% means something else was")
+	fmt.Fprintln(w, "  the limit (wrk, if it is near 100%; else a busy machine), and then CPU µs/req is inflated too: an Envoy")
+	fmt.Fprintln(w, "  that is not saturated handles fewer requests per wake-up.")
 	fmt.Fprintln(w, "responses: every response had that class, by Envoy's counters and by wrk's; anything else fails the run.")
 	var cfgs []string
 	for _, v := range r.Variants {
@@ -125,4 +131,12 @@ func (r *Results) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "plugin configurations:\n%s\n", strings.Join(cfgs, "\n"))
 	fmt.Fprintf(w, "local_ratelimit: a descriptor per client id (from %s), x-ratelimit headers DRAFT_VERSION_03, never exhausted.\n", clientHeader)
+	if lowest < saturated {
+		fmt.Fprintf(w, "\nWARNING: Envoy used as little as %.0f%% of its CPU in some variant: it was not saturated, so these figures\n"+
+			"describe this machine's load more than the filters. Rerun on a quiet machine.\n", 100*lowest)
+	}
 }
+
+// saturated is the Envoy CPU share below which the table warns that Envoy
+// was not the bottleneck.
+const saturated = 0.9
