@@ -154,7 +154,7 @@ type Results struct {
 
 // Run starts one Envoy per variant, warms each up, and measures them in
 // interleaved rounds. Every Envoy it started is stopped before it returns.
-func Run(o Options) (*Results, error) {
+func Run(o Options) (_ *Results, err error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
@@ -166,12 +166,19 @@ func Run(o Options) (*Results, error) {
 		fmt.Fprintln(o.Progress, "benchenvoy: WARNING: only one CPU is available, so Envoy and wrk share it: req/s and latency include wrk's share; µs CPU/req is still Envoy's own")
 	}
 	if o.Dir == "" {
-		dir, err := os.MkdirTemp("", "benchenvoy-")
-		if err != nil {
-			return nil, err
+		dir, mkErr := os.MkdirTemp("", "benchenvoy-")
+		if mkErr != nil {
+			return nil, mkErr
 		}
-		defer os.RemoveAll(dir)
 		o.Dir = dir
+		// Runs after the Envoys are stopped (defers run last-in first-out).
+		defer func() {
+			if err == nil {
+				os.RemoveAll(dir)
+			} else {
+				err = fmt.Errorf("%w\n(Envoy configs and logs kept in %s)", err, dir)
+			}
+		}()
 	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -275,7 +282,7 @@ func start(o Options, pl placement, v variant) (*instance, error) {
 		pin = "taskset -c " + strconv.Itoa(pl.envoyCPU) + " "
 	}
 	wrapper := filepath.Join(o.Dir, v.name+".sh")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %q\nexec %s%q \"$@\"\n", pidFile, pin, o.Envoy)
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s\nexec %s%s \"$@\"\n", shellQuote(pidFile), pin, shellQuote(o.Envoy))
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		return nil, err
 	}
@@ -302,6 +309,9 @@ func start(o Options, pl placement, v variant) (*instance, error) {
 	}
 	return in, nil
 }
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // checkIsEnvoy makes sure pid runs the Envoy binary, so the CPU read from
 // its stat is Envoy's and not the wrapper's.
