@@ -1,6 +1,6 @@
 // Package envoyrun renders envoy/envoy.yaml for a test or benchmark run and
 // runs a real Envoy process on it. It is shared by the end-to-end tests and
-// tools/loadcompare, so both exercise the very file users deploy.
+// tools/benchenvoy, so both exercise the very file users deploy.
 package envoyrun
 
 import (

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
+)
+
+// TestSmoke runs every variant for one round of one second against real
+// Envoy and wrk, and checks that the run passes its own status checks and
+// that the table is complete. It asserts no timing. It needs Envoy
+// (BORROWCYCLE_ENVOY or build/envoy), the modules (BORROWCYCLE_WASM or
+// build/borrowcycle.wasm, and noop.wasm beside it) and wrk on PATH; without
+// them it skips, or fails under BORROWCYCLE_REQUIRE_ENVOY=1 (CI).
+func TestSmoke(t *testing.T) {
+	o := smokeOptions(t)
+	res, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res.WriteTable(&out)
+	t.Logf("\n%s", out.String())
+
+	rows := res.Rows()
+	if len(rows) != len(variants(o)) {
+		t.Fatalf("%d rows, want one per variant (%d)", len(rows), len(variants(o)))
+	}
+	for _, row := range rows {
+		if row.QPS <= 0 || row.CPUPerReq <= 0 || row.P50 <= 0 || row.P99 < row.P50 || row.Responses == 0 {
+			t.Errorf("%s: incomplete row %+v", row.Name, row)
+		}
+		if !strings.Contains(out.String(), " "+row.Name+" ") {
+			t.Errorf("table lacks %s", row.Name)
+		}
+	}
+	want := map[string]int{
+		VariantNone: 200, VariantLocalRL: 200, VariantNoop: 200,
+		VariantDefaults: 200, VariantNoHeaders: 200, VariantReject: 429,
+	}
+	for _, row := range rows {
+		if w, ok := want[row.Name]; !ok || row.Status != w {
+			t.Errorf("%s: status %d, want %d", row.Name, row.Status, w)
+		}
+		delete(want, row.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("variants missing from the table: %v", want)
+	}
+}
+
+// smokeOptions finds what the smoke test needs, or skips (fails under
+// BORROWCYCLE_REQUIRE_ENVOY=1).
+func smokeOptions(t *testing.T) Options {
+	t.Helper()
+	root, err := envoyrun.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	envOr := func(key, def string) string {
+		if v := os.Getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	o := Options{
+		Envoy:       envOr("BORROWCYCLE_ENVOY", filepath.Join(root, "build", "envoy")),
+		Wasm:        envOr("BORROWCYCLE_WASM", filepath.Join(root, "build", "borrowcycle.wasm")),
+		Wrk:         "wrk",
+		Rounds:      1,
+		Duration:    time.Second,
+		Connections: 4,
+		Clients:     50,
+		Route:       RouteDirect,
+		Dir:         t.TempDir(),
+		Progress:    testWriter{t},
+	}
+	o.Noop = filepath.Join(filepath.Dir(o.Wasm), "noop.wasm")
+	var missing []string
+	for _, f := range []string{o.Envoy, o.Wasm, o.Noop} {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f+" (make build envoy)")
+		}
+	}
+	for _, bin := range []string{o.Wrk, "taskset"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin+" (tools/getwrk.sh)")
+		}
+	}
+	if len(missing) > 0 {
+		msg := "missing: " + strings.Join(missing, ", ")
+		if os.Getenv("BORROWCYCLE_REQUIRE_ENVOY") == "1" {
+			t.Fatalf("BORROWCYCLE_REQUIRE_ENVOY=1 and %s", msg)
+		}
+		t.Skip(msg)
+	}
+	return o
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestCheckStatuses(t *testing.T) {
+	ok := wrkResult{requests: 100}
+	rejected := wrkResult{requests: 100, non2xx3xx: 100}
+	for _, c := range []struct {
+		name    string
+		want    int
+		st      statusCounts
+		w       wrkResult
+		wantErr string
+	}{
+		{"all admitted", 200, statusCounts{total: 101, c2: 100}, ok, ""},
+		{"admitting variant saw 429s", 200, statusCounts{total: 100, c2: 99, c4: 1}, ok, "other than 2xx"},
+		{"no-filter variant saw 5xx", 200, statusCounts{total: 100, c2: 98, c5: 2}, ok, "other than 2xx"},
+		{"wrk disagrees", 200, statusCounts{total: 100, c2: 100}, wrkResult{requests: 100, non2xx3xx: 3}, "non-2xx/3xx"},
+		{"socket errors", 200, statusCounts{total: 100, c2: 100}, wrkResult{requests: 100, read: 1}, "socket errors"},
+		{"nothing answered", 200, statusCounts{total: 5}, ok, "no requests"},
+		{"all rejected", 429, statusCounts{total: 100, c4: 100}, rejected, ""},
+		{"reject variant admitted some", 429, statusCounts{total: 100, c2: 1, c4: 99}, rejected, "other than 4xx"},
+		{"reject variant, wrk saw 2xx", 429, statusCounts{total: 100, c4: 100}, wrkResult{requests: 100, non2xx3xx: 90}, "non-2xx/3xx"},
+	} {
+		err := checkStatuses(c.want, c.st, c.w)
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.wantErr)
+		}
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// utime 1234 and stime 56 are fields 14 and 15; the name holds ") (".
+	line := "4242 (env) (oy x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 56 0 0 20 0 9 0 100 200 300"
+	got, err := parseStatCPU(line)
+	if err != nil || got != 1290 {
+		t.Errorf("parseStatCPU = %d, %v; want 1290", got, err)
+	}
+	if _, err := parseStatCPU("4242 (envoy) S 1 2"); err == nil {
+		t.Error("a short stat line should fail")
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string][]int{"0-1": {0, 1}, "3": {3}, "0-2,5,7-8": {0, 1, 2, 5, 7, 8}} {
+		got, err := parseCPUList(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseCPUList(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a", "3-1"} {
+		if _, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q) should fail", bad)
+		}
+	}
+}
+
+func TestParseWrk(t *testing.T) {
+	out := "Running 1s test @ http://127.0.0.1:1/\n  1 threads and 4 connections\n" +
+		"benchenvoy: requests=5000 duration_us=1000500 connect=0 read=1 write=0 timeout=0 non2xx3xx=7 p50_us=80 p99_us=450\n"
+	r, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wrkResult{requests: 5000, duration: 1000500 * time.Microsecond, read: 1, non2xx3xx: 7,
+		p50: 80 * time.Microsecond, p99: 450 * time.Microsecond}
+	if r != want {
+		t.Errorf("parseWrk = %+v, want %+v", r, want)
+	}
+	if _, err := parseWrk("Running 1s test\n"); err == nil {
+		t.Error("output without the result line should fail")
+	}
+	if _, err := parseWrk("benchenvoy: requests=5 duration_us=1\n"); err == nil {
+		t.Error("a result line with missing fields should fail")
+	}
+}
+
+func TestParseIngressStats(t *testing.T) {
+	body := []byte("http.ingress.downstream_rq_1xx: 0\nhttp.ingress.downstream_rq_2xx: 90\n" +
+		"http.ingress.downstream_rq_3xx: 0\nhttp.ingress.downstream_rq_4xx: 9\nhttp.ingress.downstream_rq_5xx: 1\n" +
+		"http.ingress.downstream_rq_total: 100\nhttp.ingress.downstream_rq_time: P0(nan,1)\n")
+	s, err := parseIngressStats(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (statusCounts{total: 100, c2: 90, c4: 9, c5: 1}); s != want {
+		t.Errorf("got %+v, want %+v", s, want)
+	}
+	if _, err := parseIngressStats([]byte("http.ingress.downstream_rq_2xx: 1\n")); err == nil {
+		t.Error("missing counters should fail")
+	}
+}
+
+// TestRowsArePaired checks that ratios are taken round by round: the
+// machine's speed drifts between rounds, and the variant is 10% slower than
+// the no-op in two rounds and disturbed in the third. The paired median is
+// 0.9; a ratio of medians would give 1000/2000 = 0.5.
+func TestRowsArePaired(t *testing.T) {
+	vs := variants(Options{Clients: 1})
+	res := &Results{Variants: vs, Samples: make([][]sample, len(vs))}
+	speeds := []float64{1000, 3000, 2000}
+	slower := []float64{0.9, 0.9, 0.5}
+	for i, v := range vs {
+		for r, speed := range speeds {
+			if v.name == VariantDefaults {
+				speed *= slower[r]
+			}
+			res.Samples[i] = append(res.Samples[i], sample{
+				qps:       speed,
+				cpuPerReq: time.Duration(1e9 / speed),
+				p50:       time.Duration(1e6 / speed), p99: time.Duration(1e7 / speed),
+				statuses: statusCounts{total: 10, c2: 10},
+			})
+		}
+	}
+	for _, row := range res.Rows() {
+		want := 1.0
+		if row.Name == VariantDefaults {
+			want = 0.9
+		}
+		if d := row.QPSvsNoop - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s: ×noop %.4f, want %.4f", row.Name, row.QPSvsNoop, want)
+		}
+		if d := row.QPSvsLocalRL - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s: ×local_rl %.4f, want %.4f", row.Name, row.QPSvsLocalRL, want)
+		}
+		if row.Responses != 30 {
+			t.Errorf("%s: %d responses, want 30", row.Name, row.Responses)
+		}
+	}
+}
+
+// TestBootstrapRewrites renders every variant's bootstrap from the shipped
+// one without Envoy: a change to envoy/envoy.yaml that the rewrites no
+// longer understand fails here first.
+func TestBootstrapRewrites(t *testing.T) {
+	o := Options{Wasm: "/x/borrowcycle.wasm", Noop: "/x/noop.wasm", Clients: 3}
+	for _, v := range variants(o) {
+		b, err := envoyrun.DefaultBootstrap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.filter(b); err != nil {
+			t.Fatalf("%s: %v", v.name, err)
+		}
+		if b, err = directResponse(b); err != nil {
+			t.Fatalf("%s: %v", v.name, err)
+		}
+		raw, err := b.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := string(raw)
+		if !strings.Contains(out, "hello from benchenvoy") || strings.Count(out, "direct_response") != 2 {
+			t.Errorf("%s: the ingress route is not a direct_response:\n%s", v.name, out)
+		}
+		if v.name == VariantLocalRL {
+			for _, want := range []string{"client-02", "DRAFT_VERSION_03", "descriptor_key: client_id", "header_name: x-client-id"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("local_ratelimit bootstrap lacks %q", want)
+				}
+			}
+		}
+		if v.config != "" && !strings.Contains(out, v.config) {
+			t.Errorf("%s: plugin configuration %s not in the bootstrap", v.name, v.config)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Row is one variant's figures: medians over rounds, and ratios and
+// differences taken round by round against a baseline measured in the same
+// round, then the median. Pairing cancels the drift of a shared machine's
+// background load, which a ratio of two medians would keep.
+type Row struct {
+	Name          string
+	QPS           float64
+	QPSvsNoop     float64
+	QPSvsLocalRL  float64
+	CPUPerReq     time.Duration
+	CPUOverNoop   time.Duration // CPU per request minus the no-op filter's
+	P50, P99      time.Duration
+	P99vsNoop     float64
+	EnvoyCPUShare float64 // fraction of one CPU Envoy used while loaded
+	WrkCPUShare   float64 // fraction of one CPU wrk used
+	Responses     uint64  // summed over rounds
+	Status        int     // the status class every response had
+}
+
+// Rows computes the table.
+func (r *Results) Rows() []Row {
+	idx := func(name string) int {
+		return slices.IndexFunc(r.Variants, func(v variant) bool { return v.name == name })
+	}
+	noop, lrl := r.Samples[idx(VariantNoop)], r.Samples[idx(VariantLocalRL)]
+	rows := make([]Row, len(r.Variants))
+	for i, v := range r.Variants {
+		ss := r.Samples[i]
+		of := func(f func(sample) float64) float64 { return median(ss, f) }
+		paired := func(base []sample, f func(a, b sample) float64) float64 {
+			vals := make([]float64, len(ss))
+			for k := range ss {
+				vals[k] = f(ss[k], base[k])
+			}
+			return medianOf(vals)
+		}
+		var responses uint64
+		for _, s := range ss {
+			responses += s.statuses.answered()
+		}
+		rows[i] = Row{
+			Name:          v.name,
+			QPS:           of(func(s sample) float64 { return s.qps }),
+			QPSvsNoop:     paired(noop, func(a, b sample) float64 { return a.qps / b.qps }),
+			QPSvsLocalRL:  paired(lrl, func(a, b sample) float64 { return a.qps / b.qps }),
+			CPUPerReq:     time.Duration(of(func(s sample) float64 { return float64(s.cpuPerReq) })),
+			CPUOverNoop:   time.Duration(paired(noop, func(a, b sample) float64 { return float64(a.cpuPerReq - b.cpuPerReq) })),
+			P50:           time.Duration(of(func(s sample) float64 { return float64(s.p50) })),
+			P99:           time.Duration(of(func(s sample) float64 { return float64(s.p99) })),
+			P99vsNoop:     paired(noop, func(a, b sample) float64 { return float64(a.p99) / float64(b.p99) }),
+			EnvoyCPUShare: of(func(s sample) float64 { return s.cpuShare }),
+			WrkCPUShare:   of(func(s sample) float64 { return s.wrkShare }),
+			Responses:     responses,
+			Status:        v.expect.status,
+		}
+	}
+	return rows
+}
+
+func median(ss []sample, f func(sample) float64) float64 {
+	vals := make([]float64, len(ss))
+	for i, s := range ss {
+		vals[i] = f(s)
+	}
+	return medianOf(vals)
+}
+
+// medianOf returns the median of vals (which it sorts).
+func medianOf(vals []float64) float64 {
+	slices.Sort(vals)
+	n := len(vals)
+	if n%2 == 1 {
+		return vals[n/2]
+	}
+	return (vals[n/2-1] + vals[n/2]) / 2
+}
+
+// micros formats d in microseconds with the given decimals.
+func micros(d time.Duration, decimals int) string {
+	return fmt.Sprintf("%.*f", decimals, float64(d)/float64(time.Microsecond))
+}
+
+// WriteTable prints the setup, the table and how to read it.
+func (r *Results) WriteTable(w io.Writer) {
+	o, pl := r.Options, r.Placement
+	pin := fmt.Sprintf("Envoy pinned to CPU %d, wrk to CPU %d", pl.envoyCPU, pl.loadCPU)
+	if pl.shared {
+		pin = "ONE CPU: Envoy and wrk share it, so req/s and latency include wrk's load (CPU/req does not)"
+	}
+	fmt.Fprintf(w, "machine: %s\n", machine())
+	fmt.Fprintf(w, "envoy:   %s, --concurrency 1, %s route\n", r.EnvoyVer, o.Route)
+	fmt.Fprintf(w, "load:    wrk, 1 thread, %d connections, %d client ids rotated per request; %s\n", o.Connections, o.Clients, pin)
+	fmt.Fprintf(w, "rounds:  %d interleaved × %s per variant, after %s warm-up each; figures are medians over rounds\n\n", o.Rounds, o.Duration, o.Warmup)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
+	rows := r.Rows()
+	lowest := 1.0
+	for _, row := range rows {
+		lowest = min(lowest, row.EnvoyCPUShare)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %dxx\t\n",
+			row.Name, row.QPS, row.QPSvsNoop, row.QPSvsLocalRL, micros(row.CPUPerReq, 2),
+			float64(row.CPUOverNoop)/float64(time.Microsecond), micros(row.P50, 0), micros(row.P99, 0),
+			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.WrkCPUShare, row.Responses, row.Status/100)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nreq/s, p50, p99: wrk (closed loop, at saturation, so p50 is mostly connections ÷ req/s).")
+	fmt.Fprintln(w, "CPU µs/req: Envoy's utime+stime (/proc/<pid>/stat, all threads) over the measured interval ÷ responses it sent.")
+	fmt.Fprintln(w, "×noop, ×local_rl, Δµs, p99 ×noop: per round against the baseline in the same round, median over rounds.")
+	fmt.Fprintln(w, "Envoy CPU, wrk CPU: share of one CPU each used while loaded. Envoy well below 100% means something else was")
+	fmt.Fprintln(w, "  the limit (wrk, if it is near 100%; else a busy machine), and then CPU µs/req is inflated too: an Envoy")
+	fmt.Fprintln(w, "  that is not saturated handles fewer requests per wake-up.")
+	fmt.Fprintln(w, "responses: every response had that class, by Envoy's counters and by wrk's; anything else fails the run.")
+	var cfgs []string
+	for _, v := range r.Variants {
+		if v.config != "" {
+			cfgs = append(cfgs, fmt.Sprintf("  %-22s %s", v.name, v.config))
+		}
+	}
+	fmt.Fprintf(w, "plugin configurations:\n%s\n", strings.Join(cfgs, "\n"))
+	fmt.Fprintf(w, "local_ratelimit: a descriptor per client id (from %s), x-ratelimit headers DRAFT_VERSION_03, never exhausted.\n", clientHeader)
+	if lowest < saturated {
+		fmt.Fprintf(w, "\nWARNING: Envoy used as little as %.0f%% of its CPU in some variant: it was not saturated, so these figures\n"+
+			"describe this machine's load more than the filters. Rerun on a quiet machine.\n", 100*lowest)
+	}
+}
+
+// saturated is the Envoy CPU share below which the table warns that Envoy
+// was not the bottleneck.
+const saturated = 0.9
