@@ -129,6 +129,9 @@ func New(capacity int64) *Checker {
 	}
 }
 
+// Capacity is the limit per window the checker holds windows to.
+func (c *Checker) Capacity() int64 { return c.capacity }
+
 // Admit records one admission.
 func (c *Checker) Admit(a Admission) {
 	cost := a.Cost
