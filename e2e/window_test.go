@@ -8,18 +8,20 @@ import (
 )
 
 // sender is one client of a load: conns connections that each send
-// requests as id back to back (or one per every, when set) from start to
-// stop, both measured from the load's start.
+// requests as id (or as a fresh id from next, when set) back to back (or
+// one per every, when set) from start to stop, both measured from the
+// load's start.
 type sender struct {
 	id          string
+	next        func() string
 	conns       int
 	start, stop time.Duration
 	every       time.Duration
 }
 
-// load runs every sender at once and returns all responses, slimmed to what
-// the cap check reads.
-func load(tg *target, senders []sender) []result {
+// load runs every sender at once and returns when it started and all
+// responses, slimmed to what the cap check reads.
+func load(tg *target, senders []sender) (time.Time, []result) {
 	var (
 		mu  sync.Mutex
 		out []result
@@ -35,7 +37,11 @@ func load(tg *target, senders []sender) []result {
 				c := newClient()
 				var mine []result
 				for next := time.Now(); time.Since(t0) < s.stop; {
-					r := slim(tg.get(c, s.id))
+					id := s.id
+					if s.next != nil {
+						id = s.next()
+					}
+					r := slim(tg.get(c, id))
 					mine = append(mine, r)
 					if r.err != nil {
 						break
@@ -52,7 +58,7 @@ func load(tg *target, senders []sender) []result {
 		}
 	}
 	wg.Wait()
-	return out
+	return t0, out
 }
 
 // TestNewcomersDoNotMultiplyCapacity is the capacity promise in wall time
@@ -93,7 +99,7 @@ func testNewcomerStream(t *testing.T, workers int) {
 	for i, at := 0, 500*time.Millisecond; at+newLife <= run; i, at = i+1, at+newEvery {
 		senders = append(senders, sender{id: fmt.Sprintf("new-%03d", i), conns: 1, start: at, stop: at + newLife})
 	}
-	rs := load(tg, senders)
+	_, rs := load(tg, senders)
 
 	l := newWindowLedger(tg.settings)
 	outcomes := map[string]int{}
