@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
@@ -319,7 +320,9 @@ func TestShippedScenariosKeepTheCap(t *testing.T) {
 				}
 				res := mustRun(t, sc, policy)
 				if w, n := res.Cap.WorstWindow(); n > sc.Capacity {
-					t.Logf("worst window %d admitted %d of C = %d (%.2f×)", w, n, sc.Capacity, float64(n)/float64(sc.Capacity))
+					first, _, _ := engine.WindowAt(epoch, time.Duration(sc.Cycle), 0)
+					t.Logf("worst window: grid cycle %d (window %d) admitted %d of C = %d (%.2f×)",
+						w-first+1, w, n, sc.Capacity, float64(n)/float64(sc.Capacity))
 				}
 				res.Cap.Check(t)
 			})
