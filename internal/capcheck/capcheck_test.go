@@ -24,6 +24,17 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			{Window: 8, Period: 2, Client: "a", Share: 4, Cost: 4},
 		}, nil},
 		{"mixed shares", []Admission{{Window: 1, Period: 1, Client: "a", Share: 1}, {Window: 1, Period: 1, Client: "a", Share: 2}}, []Kind{MixedShares}},
+		{"no client: window only", []Admission{{Window: 1, Cost: 4}}, nil},
+		{"no client still fills the window", []Admission{{Window: 1, Cost: 4}, {Window: 1, Period: 1, Client: "a", Share: 1}}, []Kind{OverCapacity}},
+		{"edge admissions are tolerated", []Admission{
+			{Window: 2, Period: 1, Client: "a", Share: 4, Cost: 4},
+			{Window: 2, Period: 2, Client: "b", Share: 4, Cost: 2, Edge: true},
+		}, nil},
+		{"only edge admissions are tolerated", []Admission{
+			{Window: 2, Period: 1, Client: "a", Share: 4, Cost: 4},
+			{Window: 2, Period: 2, Client: "b", Share: 4, Cost: 2, Edge: true},
+			{Window: 2, Period: 2, Client: "c", Share: 4, Cost: 1},
+		}, []Kind{OverCapacity}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,6 +66,28 @@ func TestWorstWindow(t *testing.T) {
 	}
 	if got := c.Admitted(); got != 23 {
 		t.Fatalf("admitted %d, want 23", got)
+	}
+}
+
+func TestWindowsAndEdges(t *testing.T) {
+	c := New(3)
+	c.Admit(Admission{Window: 5, Client: "a", Share: 9, Cost: 2})
+	c.Admit(Admission{Window: 4, Client: "a", Share: 9, Edge: true, Cost: 3})
+	c.Admit(Admission{Window: 5, Client: "b", Share: 9, Edge: true, Cost: 2})
+	if got := fmt.Sprint(c.Windows()); got != "[4 5]" {
+		t.Fatalf("windows %s, want [4 5]", got)
+	}
+	if c.WindowEdge(4) != 3 || c.WindowEdge(5) != 2 || c.WindowAdmitted(5) != 4 {
+		t.Fatalf("window 4: edge %d; window 5: edge %d of %d", c.WindowEdge(4), c.WindowEdge(5), c.WindowAdmitted(5))
+	}
+	// Window 5 admitted 4 > 3, but 2 of them may belong to window 4.
+	if vs := c.Violations(); len(vs) != 0 {
+		t.Fatalf("violations %v", vs)
+	}
+	c.Admit(Admission{Window: 5, Client: "c", Share: 9, Cost: 2})
+	vs := c.Violations()
+	if len(vs) != 1 || vs[0].String() != "window 5: admitted 6 > capacity 3 + 2 at the edge" {
+		t.Fatalf("violations %v", vs)
 	}
 }
 

@@ -3,20 +3,27 @@ package main
 import (
 	"math"
 	"sort"
+
+	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
 // Metrics are the simulation metrics of algorithm.md, for one run. A value
 // that does not apply to the run (no light client, no step) is NaN, printed
 // as "n/a"; Convergence is −1 when allocations never settle.
 type Metrics struct {
-	CapViolations   int
-	ShareViolations int
-	Utilisation     float64
-	Jain            float64
-	LightRejection  float64
-	InflationGain   float64
-	Stranded        float64
-	Convergence     int
+	// WindowViolations counts aligned wall-clock windows that admitted more
+	// than C; ShareViolations (share period, client) pairs admitted beyond
+	// the share announced for them. WorstWindow is the most any window
+	// admitted, over C.
+	WindowViolations int
+	ShareViolations  int
+	WorstWindow      float64
+	Utilisation      float64
+	Jain             float64
+	LightRejection   float64
+	InflationGain    float64
+	Stranded         float64
+	Convergence      int
 	// StepCycle is the cycle Convergence counts from (0: no step), and
 	// StepDistance the L1 distance from max-min (over the target's total)
 	// in the last cycle judged: how far off allocations settle.
@@ -35,18 +42,19 @@ const convergenceTolerance = 0.05
 // scenario's inflate client's demand multiplied (nil to skip that metric).
 func Compute(res, inflated *Result) Metrics {
 	m := Metrics{
-		CapViolations:   res.CapViolations,
-		ShareViolations: res.ShareViolations,
-		Utilisation:     utilisation(res),
-		Jain:            meanJain(res),
-		LightRejection:  lightRejection(res),
-		InflationGain:   math.NaN(),
-		Stranded:        stranded(res),
-		Convergence:     -1,
-		StepCycle:       stepCycle(res.Scenario),
-		Amplification:   ratio(sum2(res.Demand), sum2(res.Fresh)),
-		Rollovers:       res.Rollovers,
-		Early:           res.EarlyRollovers,
+		WindowViolations: res.Cap.Count(capcheck.OverCapacity),
+		ShareViolations:  res.Cap.Count(capcheck.OverShare) + res.Cap.Count(capcheck.MixedShares),
+		WorstWindow:      worstWindow(res),
+		Utilisation:      utilisation(res),
+		Jain:             meanJain(res),
+		LightRejection:   lightRejection(res),
+		InflationGain:    math.NaN(),
+		Stranded:         stranded(res),
+		Convergence:      -1,
+		StepCycle:        stepCycle(res.Scenario),
+		Amplification:    ratio(sum2(res.Demand), sum2(res.Fresh)),
+		Rollovers:        res.Rollovers,
+		Early:            res.EarlyRollovers,
 	}
 	if inflated != nil {
 		m.InflationGain = inflationGain(res, inflated, res.Scenario.Metrics.Inflate)
@@ -57,6 +65,12 @@ func Compute(res, inflated *Result) Metrics {
 		m.StepDistance = maxMinDistance(res, min(end, len(res.Demand)+1)-1)
 	}
 	return m
+}
+
+// worstWindow is the most any aligned window admitted, over C.
+func worstWindow(res *Result) float64 {
+	_, n := res.Cap.WorstWindow()
+	return ratio(float64(n), float64(res.Scenario.Capacity))
 }
 
 // MaxMin is the max-min fair (water-filling) split of capacity over

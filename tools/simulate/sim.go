@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
+	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
 // epoch is where virtual time starts. Any fixed instant would do; a fixed
@@ -49,11 +50,13 @@ type Result struct {
 	// rollover at its start included).
 	Rollovers, EarlyRollovers int
 	CycleRollovers            []int
-	// CapViolations counts engine cycles whose admitted total exceeds the
-	// capacity; ShareViolations (engine cycle, client) pairs whose
-	// admitted count exceeds the client's share.
-	CapViolations, ShareViolations int
-	Reasons                        map[string]int64
+	// Cap is every admission, attributed to the aligned wall-clock window
+	// of its time and to the share period (engine cycle) that decided it:
+	// it counts window violations (a window admitted more than the
+	// capacity, however many engine cycles it held) and share violations
+	// (a client admitted more than its share in one share period).
+	Cap     *capcheck.Checker
+	Reasons map[string]int64
 }
 
 // Run simulates sc under policy on a virtual clock and returns what
@@ -214,15 +217,7 @@ type runner struct {
 	rr     int
 	period int // the grid cycle being simulated, 1-based
 
-	cur       engine.Snapshot // latest cycle any worker has shown us
-	perEngine map[uint64]int64
-	perClient map[clientCycle]int64
-	limitOf   map[clientCycle]int64
-}
-
-type clientCycle struct {
-	cycle  uint64
-	member int
+	cur engine.Snapshot // latest cycle any worker has shown us
 }
 
 func newRunner(sc *Scenario, policy engine.Policy, inflate string, factor float64) (*runner, error) {
@@ -230,13 +225,10 @@ func newRunner(sc *Scenario, policy engine.Policy, inflate string, factor float6
 	store := engine.NewMemStore()
 	clock := engine.NewManualClock(epoch)
 	r := &runner{
-		sc:        sc,
-		cycle:     time.Duration(sc.Cycle),
-		clock:     clock,
-		byHash:    map[uint64]int{},
-		perEngine: map[uint64]int64{},
-		perClient: map[clientCycle]int64{},
-		limitOf:   map[clientCycle]int64{},
+		sc:     sc,
+		cycle:  time.Duration(sc.Cycle),
+		clock:  clock,
+		byHash: map[uint64]int{},
 	}
 	for w := 0; w < sc.Workers; w++ {
 		l, err := engine.New(cfg, store, engine.WithClock(clock))
@@ -263,6 +255,7 @@ func newRunner(sc *Scenario, policy engine.Policy, inflate string, factor float6
 		Fresh:          grid(cycles, n),
 		Admitted:       grid(cycles, n),
 		Rejected:       grid(cycles, n),
+		Cap:            capcheck.New(sc.Capacity),
 		Reasons:        map[string]int64{},
 	}
 	return r, nil
@@ -296,11 +289,7 @@ func (r *runner) run() error {
 	}
 	// Retries still queued would fall after the last cycle: dropped.
 	r.period = r.sc.Cycles + 1
-	if err := r.boundary(r.sc.Cycles + 1); err != nil {
-		return err
-	}
-	r.finish()
-	return nil
+	return r.boundary(r.sc.Cycles + 1)
 }
 
 // boundary starts grid cycle k: clients joining now by registration are
@@ -425,23 +414,25 @@ func (r *runner) handle(ev event) {
 	r.res.Reasons[d.Reason.String()]++
 	if d.Allowed {
 		r.res.Admitted[k][ev.member]++
-		r.count(d, ev.member)
+		r.count(ev.at, d, ev.member)
 		return
 	}
 	r.res.Rejected[k][ev.member]++
 	r.retry(ev, d)
 }
 
-// count books an admitted request against the engine cycle it was decided
-// in, which is what the capacity and share bounds are about (the grid
-// cycle may span two engine cycles after an early rollover).
-func (r *runner) count(d engine.Decision, member int) {
-	r.perEngine[d.Cycle]++
+// count books an admitted request twice: against the aligned wall window
+// of its time, which is what the capacity promises, however many engine
+// cycles early rollovers fit into it; and against the engine cycle that
+// announced the client's share. Requests admitted without a share
+// (passthrough, store failures) count in their window only.
+func (r *runner) count(at time.Time, d engine.Decision, member int) {
+	window, _, _ := engine.WindowAt(at, r.cycle, 0) // scenarios set no window offset
+	a := capcheck.Admission{Window: window, Period: d.Cycle}
 	if d.Reason == engine.ReasonOK {
-		key := clientCycle{d.Cycle, member}
-		r.perClient[key]++
-		r.limitOf[key] = d.Limit
+		a.Client, a.Share = r.members[member].name, d.Limit
 	}
+	r.res.Cap.Admit(a)
 }
 
 func (r *runner) retry(ev event, d engine.Decision) {
@@ -464,19 +455,6 @@ func (r *runner) worker(member int) int {
 	w := r.rr % len(r.lims)
 	r.rr++
 	return w
-}
-
-func (r *runner) finish() {
-	for _, n := range r.perEngine {
-		if n > r.sc.Capacity {
-			r.res.CapViolations++
-		}
-	}
-	for key, n := range r.perClient {
-		if n > r.limitOf[key] {
-			r.res.ShareViolations++
-		}
-	}
 }
 
 const (

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
+	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
 // These tests run the real plugin (build/borrowcycle.wasm) against
@@ -88,16 +89,26 @@ func checkResponse(t *testing.T, r Result) string {
 	return reason
 }
 
-// ledger tallies what clients saw, per cycle id as the plugin reports it.
+// ledger tallies what clients saw. Every admission goes to a
+// capcheck.Checker, attributed to the aligned window of the host clock's
+// time (the clock stands still while requests are driven, so that is when
+// the plugin decided) and to the share period the plugin reports in
+// x-borrowcycle-cycle.
 type ledger struct {
+	clock    *Clock
+	cycle    time.Duration
+	cap      *capcheck.Checker
 	mu       sync.Mutex
-	admitted map[string]map[string]int // cycle → client → admitted
+	cycles   map[string]int            // cycle → admitted
 	share    map[string]map[string]int // cycle → client → x-ratelimit-limit
 	outcomes map[string]int            // allowed or reason → count
 }
 
-func newLedger() *ledger {
-	return &ledger{admitted: map[string]map[string]int{}, share: map[string]map[string]int{}, outcomes: map[string]int{}}
+// newLedger returns a ledger for a plugin configured with capacity per
+// cycle, running on h.
+func newLedger(h *Host, capacity int64, cycle time.Duration) *ledger {
+	return &ledger{clock: h.Clock(), cycle: cycle, cap: capcheck.New(capacity),
+		cycles: map[string]int{}, share: map[string]map[string]int{}, outcomes: map[string]int{}}
 }
 
 func (l *ledger) record(t *testing.T, client string, r Result) {
@@ -106,9 +117,10 @@ func (l *ledger) record(t *testing.T, client string, r Result) {
 	defer l.mu.Unlock()
 	l.outcomes[outcome]++
 	cycle := r.Header("x-borrowcycle-cycle")
+	var share int
 	if limit := r.Header("x-ratelimit-limit"); limit != "" && (outcome == "allowed" || outcome == "over_limit") {
-		share, err := strconv.Atoi(limit)
-		if err != nil {
+		var err error
+		if share, err = strconv.Atoi(limit); err != nil {
 			t.Fatalf("x-ratelimit-limit %q", limit)
 		}
 		if l.share[cycle] == nil {
@@ -120,33 +132,37 @@ func (l *ledger) record(t *testing.T, client string, r Result) {
 		l.share[cycle][client] = share
 	}
 	if outcome == "allowed" {
-		if l.admitted[cycle] == nil {
-			l.admitted[cycle] = map[string]int{}
+		period, err := strconv.ParseUint(cycle, 10, 64)
+		if err != nil {
+			t.Fatalf("x-borrowcycle-cycle %q: %v", cycle, err)
 		}
-		l.admitted[cycle][client]++
+		window, _, _ := engine.WindowAt(l.clock.Now(), l.cycle, 0)
+		l.cycles[cycle]++
+		l.cap.Admit(capcheck.Admission{Window: window, Period: period, Client: client, Share: int64(share)})
 	}
 }
 
-// checkShares asserts the limiter's promise: within a cycle no client is
-// admitted more than its share, and all together no more than capacity.
-func (l *ledger) checkShares(t *testing.T, capacity int) {
+// checkShares asserts the limiter's promise: no aligned window admits more
+// than the capacity, no client more than its share in a share period, and
+// the shares announced in one cycle add up to no more than the capacity.
+func (l *ledger) checkShares(t *testing.T) {
 	t.Helper()
-	for cycle, byClient := range l.admitted {
-		total, shares := 0, 0
-		for client, n := range byClient {
-			total += n
-			if share := l.share[cycle][client]; n > share {
-				t.Errorf("cycle %s: client %s admitted %d, share %d", cycle, client, n, share)
-			}
-		}
-		for _, s := range l.share[cycle] {
+	l.cap.Check(t)
+	if w, n := l.cap.WorstWindow(); n > 0 {
+		t.Logf("worst aligned window %d: %d admitted, capacity %d", w, n, l.capacity())
+	}
+	for cycle, byClient := range l.share {
+		shares := 0
+		for _, s := range byClient {
 			shares += s
 		}
-		if total > capacity || shares > capacity {
-			t.Errorf("cycle %s: admitted %d, shares sum %d, capacity %d", cycle, total, shares, capacity)
+		if int64(shares) > l.capacity() {
+			t.Errorf("cycle %s: shares sum %d, capacity %d", cycle, shares, l.capacity())
 		}
 	}
 }
+
+func (l *ledger) capacity() int64 { return l.cap.Capacity() }
 
 func TestPluginSharesHoldAcrossVMs(t *testing.T) {
 	for _, vms := range []int{2, 4, 8} {
@@ -164,7 +180,7 @@ func TestPluginSharesHoldAcrossVMs(t *testing.T) {
 					reqs = append(reqs, Request("/", clients[len(clients)-1]))
 				}
 			}
-			l := newLedger()
+			l := newLedger(h, capacity, 2*time.Second)
 			for step := 0; step < 40; step++ {
 				results := h.DriveAll(reqs, Seeded(vms, uint64(step)))
 				for i, r := range results {
@@ -175,11 +191,11 @@ func TestPluginSharesHoldAcrossVMs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			l.checkShares(t, capacity)
-			if len(l.admitted) < 4 || l.outcomes["over_limit"] == 0 {
-				t.Fatalf("load did not exercise the limit: %d cycles, outcomes %v", len(l.admitted), l.outcomes)
+			l.checkShares(t)
+			if len(l.cycles) < 4 || l.outcomes["over_limit"] == 0 {
+				t.Fatalf("load did not exercise the limit: %d cycles, outcomes %v", len(l.cycles), l.outcomes)
 			}
-			t.Logf("%d cycles, outcomes %v", len(l.admitted), l.outcomes)
+			t.Logf("%d cycles, %d windows, outcomes %v", len(l.cycles), len(l.cap.Windows()), l.outcomes)
 		})
 	}
 }
@@ -197,13 +213,13 @@ func TestPluginBorrowingMatchesAllocate(t *testing.T) {
 	demands := [][]int64{{2, 15, 10, 10}, {3, 15, 50, 10}, {0, 15, 50, 5}}
 	var prev []int64
 	for row, demand := range demands {
-		l := newLedger()
+		l := newLedger(h, capacity, 10*time.Second)
 		h.Clock().Advance(time.Second)
 		sendDemand(t, h, l, clients, demand, uint64(row))
-		if len(l.admitted) != 1 {
-			t.Fatalf("row %d spans cycles %v", row, l.admitted)
+		if len(l.cycles) != 1 {
+			t.Fatalf("row %d spans cycles %v", row, l.cycles)
 		}
-		l.checkShares(t, capacity)
+		l.checkShares(t)
 		if prev != nil {
 			checkShareHeaders(t, l, clients, demand, engine.Allocate(capacity, reservation, prev))
 		}
@@ -211,7 +227,7 @@ func TestPluginBorrowingMatchesAllocate(t *testing.T) {
 		finishCycle(t, h, 9*time.Second)
 	}
 	// One request each reads the shares of the cycle after the last row.
-	l := newLedger()
+	l := newLedger(h, capacity, 10*time.Second)
 	sendDemand(t, h, l, clients, []int64{1, 1, 1, 1}, 99)
 	want := engine.Allocate(capacity, reservation, prev)
 	checkShareHeaders(t, l, clients, []int64{1, 1, 1, 1}, want)
@@ -341,7 +357,7 @@ func TestPluginTrappedVMIsIsolated(t *testing.T) {
 // every VM.
 func TestPluginMetricsMatchClients(t *testing.T) {
 	h := pluginHost(t, 4, map[string]any{"capacity": 30, "cycle": "1s", "min_cycle": "100ms", "max_clients": 5})
-	l := newLedger()
+	l := newLedger(h, 30, time.Second)
 	var mu sync.Mutex
 	for step := 0; step < 12; step++ {
 		// Ten named clients for five table slots, plus anonymous requests.
@@ -360,6 +376,7 @@ func TestPluginMetricsMatchClients(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	l.checkShares(t)
 	prefix := "borrowcycle.default."
 	if got := h.Metric(prefix + "requests_allowed"); got != int64(l.outcomes["allowed"]) {
 		t.Errorf("requests_allowed = %d, clients saw %d", got, l.outcomes["allowed"])
