@@ -75,7 +75,7 @@ type windowLedger struct {
 }
 
 func newWindowLedger(s settings) windowLedger {
-	return windowLedger{Checker: capcheck.New(s.Capacity), cycle: s.Cycle}
+	return windowLedger{Checker: capcheck.New(s.Engine.Capacity), cycle: s.Engine.Cycle}
 }
 
 // admit records an admitted response. One without x-ratelimit-limit was

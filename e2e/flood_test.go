@@ -86,8 +86,8 @@ func TestFloodKeepsKnownClients(t *testing.T) {
 		} else {
 			knownDuring++
 		}
-		w, _, _ := engine.WindowAt(r.recv, tg.settings.Cycle, 0)
-		if sentIn, _, _ := engine.WindowAt(r.sent, tg.settings.Cycle, 0); sentIn != w {
+		w, _, _ := engine.WindowAt(r.recv, tg.settings.Engine.Cycle, 0)
+		if sentIn, _, _ := engine.WindowAt(r.sent, tg.settings.Engine.Cycle, 0); sentIn != w {
 			continue
 		}
 		if perWindow[w] == nil {
@@ -113,9 +113,9 @@ func TestFloodKeepsKnownClients(t *testing.T) {
 	// Known clients keep their shares: refused in a window means they asked
 	// for more than it, so they must have had it. Only whole windows count
 	// (the load started and stopped inside the first and last).
-	first, _, _ := engine.WindowAt(t0, tg.settings.Cycle, 0)
-	last, _, _ := engine.WindowAt(t0.Add(quiet+flood), tg.settings.Cycle, 0)
-	floodFrom, _, _ := engine.WindowAt(floodStart, tg.settings.Cycle, 0)
+	first, _, _ := engine.WindowAt(t0, tg.settings.Engine.Cycle, 0)
+	last, _, _ := engine.WindowAt(t0.Add(quiet+flood), tg.settings.Engine.Cycle, 0)
+	floodFrom, _, _ := engine.WindowAt(floodStart, tg.settings.Engine.Cycle, 0)
 	tested := 0
 	for w := first + 1; w < last; w++ {
 		phase := "quiet"
