@@ -138,7 +138,7 @@ func TestFailSafe(t *testing.T) {
 func TestTickPeriod(t *testing.T) {
 	for cycle, want := range map[string]time.Duration{"500ms": 100 * time.Millisecond, "5s": 500 * time.Millisecond, "1m": time.Second} {
 		f, _ := mustFilter(t, `{"capacity": 1, "cycle": "`+cycle+`"}`)
-		if got := f.TickPeriod(); got != want {
+		if got := f.Config().TickPeriod(); got != want {
 			t.Errorf("cycle %s: tick period %s, want %s", cycle, got, want)
 		}
 	}

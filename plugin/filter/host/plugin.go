@@ -111,7 +111,7 @@ func (p *pluginContext) start(cfg filter.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(f.TickPeriod().Milliseconds())); err != nil {
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(cfg.TickPeriod().Milliseconds())); err != nil {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
 	p.filter, p.metrics = f, m
@@ -124,6 +124,8 @@ func (p *pluginContext) OnTick() {
 	if p.filter == nil {
 		return
 	}
+	// Counters first: a tick that panics below must not hold them back.
+	p.metrics.flush()
 	p.metrics.setActive(p.filter.Tick())
 	p.vm.test.reportMemory()
 }
