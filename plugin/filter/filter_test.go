@@ -143,3 +143,26 @@ func TestTickPeriod(t *testing.T) {
 		}
 	}
 }
+
+// TestPlansDoNotAllocate holds the request path's promise: planning the
+// headers of an admitted response or a rejection allocates nothing, for
+// numbers of any size (strconv allocates above 99).
+func TestPlansDoNotAllocate(t *testing.T) {
+	d := engine.Decision{Allowed: true, Limit: 123456, Remaining: 98765, Reset: 4321 * time.Second, Cycle: 1 << 40}
+	over := d
+	over.Allowed, over.Reason, over.RetryAfter = false, engine.ReasonOverLimit, 4321*time.Second
+	for _, style := range []string{"x-ratelimit", "ietf"} {
+		f, _ := mustFilter(t, `{"capacity": 1000000, "cycle": "1h", "debug_headers": true, "rate_limit_headers": "`+style+`"}`)
+		if n := testing.AllocsPerRun(100, func() { f.ResponseHeaders(d) }); n != 0 {
+			t.Errorf("%s: ResponseHeaders allocates %.1f times", style, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { f.Reply(over) }); n != 0 {
+			t.Errorf("%s: Reply allocates %.1f times", style, n)
+		}
+		// The values are the numbers, and a later plan leaves an earlier
+		// one's strings alone only until it is made: check them first.
+		if h := f.ResponseHeaders(d); h[0][1] == "" || h[len(h)-1][1] != "1099511627776" {
+			t.Errorf("%s: headers %q", style, h)
+		}
+	}
+}
