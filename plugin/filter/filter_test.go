@@ -2,6 +2,7 @@ package filter
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // These tests run the filter with no host at all: the rules of
 // docs/contract.md, from a client header to the plan the host carries out.
 
-func mustFilter(t *testing.T, config string) (*Filter, *engine.ManualClock) {
+func mustFilter(t testing.TB, config string) (*Filter, *engine.ManualClock) {
 	t.Helper()
 	cfg, err := ParseConfig([]byte(config))
 	if err != nil {
@@ -164,5 +165,41 @@ func TestPlansDoNotAllocate(t *testing.T) {
 		if h := f.ResponseHeaders(d); h[0][1] == "" || h[len(h)-1][1] != "1099511627776" {
 			t.Errorf("%s: headers %q", style, h)
 		}
+	}
+}
+
+// BenchmarkRequestPath is the filter's own work per request, natively
+// (the compiled module adds host calls; tools/wasmhost measures those):
+// a decision for one of 100 registered clients and its plan.
+func BenchmarkRequestPath(b *testing.B) {
+	for _, c := range []struct{ name, config string }{
+		{"admitted", `{"capacity": 1099511627776, "cycle": "1h", "min_cycle": "1ms"}`},
+		{"admitted_no_headers", `{"capacity": 1099511627776, "cycle": "1h", "min_cycle": "1ms", "headers_on_allowed": false}`},
+		{"rejected", `{"capacity": 100, "cycle": "1h", "min_cycle": "1ms"}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			f, clock := mustFilter(b, c.config)
+			ids := make([]string, 100)
+			for i := range ids {
+				ids[i] = "client-" + strconv.Itoa(i)
+			}
+			for round := 0; round < 3; round++ { // register, then use up the shares
+				for _, id := range ids {
+					f.Decide(id, true)
+				}
+				clock.Advance(time.Millisecond)
+				f.Tick()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d := f.Decide(ids[i%len(ids)], true)
+				if d.Allowed {
+					f.ResponseHeaders(d)
+				} else {
+					f.Reply(d)
+				}
+			}
+		})
 	}
 }

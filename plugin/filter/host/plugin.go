@@ -77,6 +77,7 @@ type pluginContext struct {
 	vm      *vmContext
 	filter  *filter.Filter
 	metrics *metrics
+	replier replier
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -171,8 +172,7 @@ func (h *httpContext) carryOut(d engine.Decision) types.Action {
 	if d.Allowed {
 		return types.ActionContinue
 	}
-	r := h.plugin.filter.Reply(d)
-	if err := proxywasm.SendHttpResponse(r.Status, r.Headers, r.Body, -1); err != nil {
+	if err := h.plugin.replier.send(h.plugin.filter.Reply(d)); err != nil {
 		proxywasm.LogWarnf("borrowcycle: sending the %s reply: %v", d.Reason, err)
 		return types.ActionContinue
 	}
