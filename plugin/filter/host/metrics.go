@@ -1,8 +1,6 @@
 package host
 
 import (
-	"fmt"
-
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
@@ -38,17 +36,12 @@ type counter struct {
 }
 
 // defineMetrics defines every metric of the limit name. The SDK's Define*
-// functions panic on a host error; that is turned into an error so that
-// OnPluginStart fails cleanly instead of trapping the VM.
-func defineMetrics(name string) (m *metrics, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			m, err = nil, fmt.Errorf("defining metrics: %v", r)
-		}
-	}()
+// functions panic on a host error; OnPluginStart's guard turns that into a
+// failed start.
+func defineMetrics(name string) *metrics {
 	prefix := "borrowcycle." + name + "."
 	reasons := engine.Reasons()
-	m = &metrics{
+	m := &metrics{
 		rejected:    make([]counter, len(reasons)),
 		wouldReject: make([]counter, len(reasons)),
 		lastActive:  -1,
@@ -70,7 +63,7 @@ func defineMetrics(name string) (m *metrics, err error) {
 		}
 	}
 	m.clientsActive = proxywasm.DefineGaugeMetric(prefix + "clients_active")
-	return m, nil
+	return m
 }
 
 // count records the outcome of one decision.

@@ -56,19 +56,16 @@ func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
 
 // metricsFor returns the metrics of the limit name, defining them on first
 // use in this VM.
-func (v *vmContext) metricsFor(name string) (*metrics, error) {
-	if m, ok := v.metrics[name]; ok {
-		return m, nil
+func (v *vmContext) metricsFor(name string) *metrics {
+	m, ok := v.metrics[name]
+	if !ok {
+		m = defineMetrics(name)
+		if v.metrics == nil {
+			v.metrics = make(map[string]*metrics)
+		}
+		v.metrics[name] = m
 	}
-	m, err := defineMetrics(name)
-	if err != nil {
-		return nil, err
-	}
-	if v.metrics == nil {
-		v.metrics = make(map[string]*metrics)
-	}
-	v.metrics[name] = m
-	return m, nil
+	return m
 }
 
 // pluginContext is one plugin configuration in one VM.
@@ -103,10 +100,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 
 // start builds the filter for a valid configuration.
 func (p *pluginContext) start(cfg filter.Config) error {
-	m, err := p.vm.metricsFor(cfg.Name)
-	if err != nil {
-		return err
-	}
+	m := p.vm.metricsFor(cfg.Name)
 	store := &sharedStore{zeroCAS: p.vm.test.ZeroCAS}
 	f, err := filter.New(cfg, store, p.vm.test.clock(), &observer{m: m})
 	if err != nil {
