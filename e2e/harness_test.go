@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 	"github.com/borrowcycle/borrowcycle/plugin/filter"
@@ -226,11 +227,20 @@ func (tg *target) finish(t *testing.T) {
 	}
 }
 
+// flushedStats reads the admin stats once every worker has ticked since
+// the caller's last request: the plugin counts in the VM and hands its
+// counters to Envoy on tick (docs/contract.md, Metrics). Two periods cover
+// a tick that was running when the last request arrived.
+func (tg *target) flushedStats() (map[string]int64, error) {
+	time.Sleep(2*tg.settings.TickPeriod() + 100*time.Millisecond)
+	return fetchStats(tg.admin)
+}
+
 // checkNoCrash fails the test when the plugin panicked or its VM was
 // reloaded: failure_policy FAIL_RELOAD would otherwise hide a trapped VM
 // behind a fresh one.
 func (tg *target) checkNoCrash(t *testing.T) {
-	st, err := fetchStats(tg.admin)
+	st, err := tg.flushedStats()
 	if err != nil {
 		t.Errorf("read stats after the test: %v", err)
 		return

@@ -97,7 +97,7 @@ func TestHostileInputKeepsServing(t *testing.T) {
 	if r := tg.get(steadyClient, "steady"); r.status != 200 {
 		t.Errorf("steady client refused after the hostile traffic: %v", r)
 	}
-	st, err := fetchStats(tg.admin)
+	st, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 		"mode":          "passthrough",
 		"debug_headers": true,
 	}, startOpts{})
-	before, err := fetchStats(tg.admin)
+	before, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 		}
 		perCycle[cycleOf(t, r)]++
 	}
-	after, err := fetchStats(tg.admin)
+	after, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}

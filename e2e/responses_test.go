@@ -71,7 +71,7 @@ func exchange(t *testing.T, tg *target) map[string]int64 {
 // the responses and the metrics they move.
 func TestShippedConfigResponses(t *testing.T) {
 	tg := shippedTarget(t, startOpts{})
-	before, err := fetchStats(tg.admin)
+	before, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestShippedConfigResponses(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	after, err := fetchStats(tg.admin)
+	after, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestIETFHeadersCustomStatus(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	stats, err := fetchStats(tg.admin)
+	stats, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}

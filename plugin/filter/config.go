@@ -74,6 +74,20 @@ func (e *configError) Error() string { return e.Field + ": " + e.Reason }
 
 func fieldError(field, reason string) error { return &configError{Field: field, Reason: reason} }
 
+// Tick period bounds. Ticks roll cycles over on time, hand back unused
+// leases and flush the metrics; a tenth of a cycle keeps all three prompt,
+// and the bounds keep short cycles from ticking wastefully and long ones
+// from sitting on leases.
+const (
+	minTickPeriod = 100 * time.Millisecond
+	maxTickPeriod = time.Second
+)
+
+// TickPeriod is how often the host should tick the filter.
+func (c *Config) TickPeriod() time.Duration {
+	return min(max(c.Engine.Cycle/10, minTickPeriod), maxTickPeriod)
+}
+
 // Defaults and bounds of the contract that the engine does not impose
 // itself.
 const (

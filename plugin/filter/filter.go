@@ -15,14 +15,6 @@ import (
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
-// Tick period bounds. Ticks roll cycles over on time and hand back unused
-// leases; a tenth of a cycle keeps both prompt, and the bounds keep short
-// cycles from ticking wastefully and long ones from sitting on leases.
-const (
-	minTickPeriod = 100 * time.Millisecond
-	maxTickPeriod = time.Second
-)
-
 // Filter is one plugin configuration in one VM: its limiter (this worker's
 // view of the limit) and the responses it plans. Like the VM that holds it,
 // it runs one callback at a time.
@@ -82,11 +74,6 @@ func (f *Filter) ResponseHeaders(d engine.Decision) [][2]string { return f.resp.
 func (f *Filter) Tick() int {
 	f.limiter.TickAt(f.clock.Now())
 	return f.limiter.ActiveClients()
-}
-
-// TickPeriod is how often the host should call Tick.
-func (f *Filter) TickPeriod() time.Duration {
-	return min(max(f.cfg.Engine.Cycle/10, minTickPeriod), maxTickPeriod)
 }
 
 // Summary is the one info line that says what this filter enforces.

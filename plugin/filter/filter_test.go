@@ -2,6 +2,7 @@ package filter
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // These tests run the filter with no host at all: the rules of
 // docs/contract.md, from a client header to the plan the host carries out.
 
-func mustFilter(t *testing.T, config string) (*Filter, *engine.ManualClock) {
+func mustFilter(t testing.TB, config string) (*Filter, *engine.ManualClock) {
 	t.Helper()
 	cfg, err := ParseConfig([]byte(config))
 	if err != nil {
@@ -138,8 +139,67 @@ func TestFailSafe(t *testing.T) {
 func TestTickPeriod(t *testing.T) {
 	for cycle, want := range map[string]time.Duration{"500ms": 100 * time.Millisecond, "5s": 500 * time.Millisecond, "1m": time.Second} {
 		f, _ := mustFilter(t, `{"capacity": 1, "cycle": "`+cycle+`"}`)
-		if got := f.TickPeriod(); got != want {
+		if got := f.Config().TickPeriod(); got != want {
 			t.Errorf("cycle %s: tick period %s, want %s", cycle, got, want)
 		}
+	}
+}
+
+// TestPlansDoNotAllocate holds the request path's promise: planning the
+// headers of an admitted response or a rejection allocates nothing, for
+// numbers of any size (strconv allocates above 99).
+func TestPlansDoNotAllocate(t *testing.T) {
+	d := engine.Decision{Allowed: true, Limit: 123456, Remaining: 98765, Reset: 4321 * time.Second, Cycle: 1 << 40}
+	over := d
+	over.Allowed, over.Reason, over.RetryAfter = false, engine.ReasonOverLimit, 4321*time.Second
+	for _, style := range []string{"x-ratelimit", "ietf"} {
+		f, _ := mustFilter(t, `{"capacity": 1000000, "cycle": "1h", "debug_headers": true, "rate_limit_headers": "`+style+`"}`)
+		if n := testing.AllocsPerRun(100, func() { f.ResponseHeaders(d) }); n != 0 {
+			t.Errorf("%s: ResponseHeaders allocates %.1f times", style, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { f.Reply(over) }); n != 0 {
+			t.Errorf("%s: Reply allocates %.1f times", style, n)
+		}
+		// The values are the numbers, and a later plan leaves an earlier
+		// one's strings alone only until it is made: check them first.
+		if h := f.ResponseHeaders(d); h[0][1] == "" || h[len(h)-1][1] != "1099511627776" {
+			t.Errorf("%s: headers %q", style, h)
+		}
+	}
+}
+
+// BenchmarkRequestPath is the filter's own work per request, natively
+// (the compiled module adds host calls; tools/wasmhost measures those):
+// a decision for one of 100 registered clients and its plan.
+func BenchmarkRequestPath(b *testing.B) {
+	for _, c := range []struct{ name, config string }{
+		{"admitted", `{"capacity": 1099511627776, "cycle": "1h", "min_cycle": "1ms"}`},
+		{"admitted_no_headers", `{"capacity": 1099511627776, "cycle": "1h", "min_cycle": "1ms", "headers_on_allowed": false}`},
+		{"rejected", `{"capacity": 100, "cycle": "1h", "min_cycle": "1ms"}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			f, clock := mustFilter(b, c.config)
+			ids := make([]string, 100)
+			for i := range ids {
+				ids[i] = "client-" + strconv.Itoa(i)
+			}
+			for round := 0; round < 3; round++ { // register, then use up the shares
+				for _, id := range ids {
+					f.Decide(id, true)
+				}
+				clock.Advance(time.Millisecond)
+				f.Tick()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d := f.Decide(ids[i%len(ids)], true)
+				if d.Allowed {
+					f.ResponseHeaders(d)
+				} else {
+					f.Reply(d)
+				}
+			}
+		})
 	}
 }

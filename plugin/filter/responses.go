@@ -3,6 +3,7 @@ package filter
 import (
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/borrowcycle/borrowcycle/engine"
 )
@@ -40,9 +41,11 @@ type Reply struct {
 }
 
 // responder plans local replies and rate-limit headers for one plugin
-// configuration. Its buffers are reused across requests: a VM runs one
-// callback at a time, and the host copies headers and bodies before the
-// callback returns, so a plan is valid until the next one.
+// configuration. A plan allocates nothing: its header list and the numbers
+// in it live in buffers reused by the next plan. That is safe because a VM
+// runs one callback at a time and a proxy-wasm host copies header values
+// out of the guest during the call that receives them; so a plan is valid
+// until the next one.
 type responder struct {
 	status     uint32
 	style      HeaderStyle
@@ -53,7 +56,7 @@ type responder struct {
 	policyTail string   // `;w=<cycle seconds>`
 	limitHead  string   // `"<name>";r=`
 	headers    [][2]string
-	buf        []byte
+	buf        []byte // the values formatted for the current plan
 }
 
 func newResponder(cfg *Config) responder {
@@ -67,7 +70,9 @@ func newResponder(cfg *Config) responder {
 		policyTail: ";w=" + strconv.FormatInt(ceilSeconds(cfg.Engine.Cycle), 10),
 		limitHead:  strconv.Quote(cfg.Name) + ";r=",
 		headers:    make([][2]string, 0, 10),
-		buf:        make([]byte, 0, 64),
+		// Room for every value of one plan: two ietf headers with the
+		// quoted name and three 20-digit numbers, so it never grows.
+		buf: make([]byte, 0, 2*(len(cfg.Name)+len(";q=;w=\"\""))+3*20+64),
 	}
 	// Each body ends in a newline, so it reads as one line in a terminal.
 	for reason, body := range rejectionBodies {
@@ -79,15 +84,16 @@ func newResponder(cfg *Config) responder {
 
 // reply plans the local reply for a rejected decision.
 func (r *responder) reply(d engine.Decision) Reply {
+	r.buf = r.buf[:0]
 	h := append(r.headers[:0], [2]string{hdrContentType, contentTypePlain}, [2]string{hdrReason, d.Reason.String()})
 	if d.Reason != engine.ReasonAnonymous {
 		h = append(h,
 			[2]string{hdrRateLimited, "true"},
-			[2]string{hdrRetryAfter, formatInt(retryAfterSeconds(d.RetryAfter))})
+			[2]string{hdrRetryAfter, r.int(retryAfterSeconds(d.RetryAfter))})
 		h = r.appendRateLimit(h, d)
 	}
 	if r.debug {
-		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
+		h = append(h, [2]string{hdrDebugCycle, r.uint(d.Cycle)})
 	}
 	r.headers = h
 	return Reply{Status: r.status, Headers: h, Body: r.bodies[d.Reason]}
@@ -97,12 +103,13 @@ func (r *responder) reply(d engine.Decision) Reply {
 // rate-limit headers (when configured for admitted responses and the
 // decision carries a share to report) and the debug header.
 func (r *responder) responseHeaders(d engine.Decision) [][2]string {
+	r.buf = r.buf[:0]
 	h := r.headers[:0]
 	if r.onAllowed && reportsShare(d) {
 		h = r.appendRateLimit(h, d)
 	}
 	if r.debug {
-		h = append(h, [2]string{hdrDebugCycle, formatUint(d.Cycle)})
+		h = append(h, [2]string{hdrDebugCycle, r.uint(d.Cycle)})
 	}
 	r.headers = h
 	return h
@@ -120,18 +127,39 @@ func (r *responder) appendRateLimit(h [][2]string, d engine.Decision) [][2]strin
 	switch r.style {
 	case StyleXRateLimit:
 		return append(h,
-			[2]string{hdrLimit, formatInt(d.Limit)},
-			[2]string{hdrRemaining, formatInt(d.Remaining)},
-			[2]string{hdrReset, formatInt(reset)})
+			[2]string{hdrLimit, r.int(d.Limit)},
+			[2]string{hdrRemaining, r.int(d.Remaining)},
+			[2]string{hdrReset, r.int(reset)})
 	case StyleIETF:
-		b := strconv.AppendInt(append(r.buf[:0], r.policyHead...), d.Limit, 10)
-		policy := string(append(b, r.policyTail...))
-		b = strconv.AppendInt(append(b[:0], r.limitHead...), d.Remaining, 10)
-		b = strconv.AppendInt(append(b, ";t="...), reset, 10)
-		r.buf = b
-		return append(h, [2]string{hdrPolicy, policy}, [2]string{hdrRateLimit, string(b)})
+		start := len(r.buf)
+		r.buf = append(strconv.AppendInt(append(r.buf, r.policyHead...), d.Limit, 10), r.policyTail...)
+		policy := r.since(start)
+		start = len(r.buf)
+		r.buf = strconv.AppendInt(append(strconv.AppendInt(append(r.buf, r.limitHead...), d.Remaining, 10), ";t="...), reset, 10)
+		return append(h, [2]string{hdrPolicy, policy}, [2]string{hdrRateLimit, r.since(start)})
 	}
 	return h
+}
+
+// int and uint format n into the plan's buffer.
+func (r *responder) int(n int64) string {
+	start := len(r.buf)
+	r.buf = strconv.AppendInt(r.buf, n, 10)
+	return r.since(start)
+}
+
+func (r *responder) uint(n uint64) string {
+	start := len(r.buf)
+	r.buf = strconv.AppendUint(r.buf, n, 10)
+	return r.since(start)
+}
+
+// since is what the plan wrote to its buffer from start, as a string that
+// shares the buffer's memory. Should the buffer ever grow, the strings
+// already made keep the old array alive, so they stay intact.
+func (r *responder) since(start int) string {
+	b := r.buf[start:]
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // ceilSeconds is d in whole seconds, rounded up, never negative.
@@ -145,8 +173,3 @@ func ceilSeconds(d time.Duration) int64 {
 // retryAfterSeconds is at least 1: "retry-after: 0" invites an immediate
 // retry that would be rejected again.
 func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
-
-// formatInt and formatUint avoid fmt; strconv returns values below 100
-// without allocating, which covers most remaining counts and resets.
-func formatInt(n int64) string   { return strconv.FormatInt(n, 10) }
-func formatUint(n uint64) string { return strconv.FormatUint(n, 10) }

@@ -15,6 +15,9 @@
 //     move time explicitly;
 //   - a request driver: Do for one stream on one VM, Drive for concurrent load
 //     with one goroutine per VM, since each VM is single-threaded.
+//   - a count of the calls each VM makes across the ABI (Host.HostCalls),
+//     env functions and WASI clock reads, which the benchmarks report per
+//     request.
 //
 // It does not model networking, bodies, trailers, HTTP callouts or queues:
 // those imports exist (instantiation never fails) but answer Unimplemented,

@@ -144,6 +144,21 @@ func (h *Host) Clock() *Clock { return h.clock }
 // Shared returns the shared-data store the VMs share.
 func (h *Host) Shared() *SharedData { return h.shared }
 
+// HostCalls counts the env functions and WASI clock reads the worker VMs
+// have called so far, by name: the calls that cross the ABI, whose number
+// per request the benchmarks report.
+func (h *Host) HostCalls() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, vm := range h.vms {
+		for i := range vm.calls {
+			if n := vm.calls[i].Load(); n > 0 {
+				out[callNames[i]] += n
+			}
+		}
+	}
+	return out
+}
+
 // Metrics returns the process-wide metrics.
 func (h *Host) Metrics() *Metrics { return h.metrics }
 

@@ -2,6 +2,7 @@ package wasmhost
 
 import (
 	"context"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -16,16 +17,37 @@ type envFunc struct {
 	fn      func(vm *VM, mem api.Memory, stack []uint64) Status
 }
 
-func (f envFunc) goFunc() api.GoModuleFunction {
+// goFunc is f as a wazero host function, counted in slot (see callNames).
+func (f envFunc) goFunc(slot int) api.GoModuleFunction {
 	return api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
 		vm := vmFrom(ctx)
 		if vm == nil { // called outside a VM call: cannot happen through Host
 			stack[0] = uint64(StatusInternalFailure)
 			return
 		}
+		vm.calls[slot].Add(1)
 		stack[0] = uint64(f.fn(vm, mod.Memory(), stack))
 	})
 }
+
+// callNames names the slots of VM.calls: every env function of envFuncs,
+// in order, then the WASI clock reads (one slot per clock).
+var callNames, callSlot = func() ([]string, map[string]int) {
+	names := make([]string, 0, len(envFuncs)+2)
+	for name := range envFuncs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	names = append(names, "clock_time_get(realtime)", "clock_time_get(monotonic)")
+	slot := make(map[string]int, len(names))
+	for i, n := range names {
+		slot[n] = i
+	}
+	return names, slot
+}()
+
+// Slots of the WASI clock reads in VM.calls.
+var slotWalltime, slotNanotime = len(envFuncs), len(envFuncs) + 1
 
 var i32, i64 = api.ValueTypeI32, api.ValueTypeI64
 

@@ -130,7 +130,7 @@ func (m *Module) instantiateHostModule(ctx context.Context, mod string, defs []a
 	for _, def := range defs {
 		_, name, _ := def.Import()
 		if f, ok := envFuncs[name]; ok && mod == "env" && sameSignature(def, f) {
-			b.NewFunctionBuilder().WithGoModuleFunction(f.goFunc(), f.params, f.results).Export(name)
+			b.NewFunctionBuilder().WithGoModuleFunction(f.goFunc(callSlot[name]), f.params, f.results).Export(name)
 			continue
 		}
 		m.stubbed = append(m.stubbed, Import{mod, name})

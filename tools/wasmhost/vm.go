@@ -51,6 +51,7 @@ type VM struct {
 	failure error   // set once a call traps; the VM is unusable after
 
 	tickPeriod atomic.Uint32
+	calls      []atomic.Uint64 // host calls the guest made, by slot of callNames
 
 	logMu   sync.Mutex
 	logs    []LogLine
@@ -67,15 +68,15 @@ type exports struct {
 
 func (h *Host) instantiate(ctx context.Context, index int) (*VM, error) {
 	vm := &VM{host: h, index: index, nextID: rootContextID + 1,
-		stdout: newTailBuffer(), stderr: newTailBuffer()}
+		stdout: newTailBuffer(), stderr: newTailBuffer(), calls: make([]atomic.Uint64, len(callNames))}
 	vm.ctx = context.WithValue(context.Background(), vmKey{}, vm)
 	cfg := wazero.NewModuleConfig().
 		WithName(fmt.Sprintf("host%d-%s", h.id, vm.label())).
 		WithStartFunctions(). // _initialize is called by start, so its failure is reported
 		WithStdout(vm.stdout).
 		WithStderr(vm.stderr).
-		WithWalltime(h.clock.walltime, sys.ClockResolution(1)).
-		WithNanotime(h.clock.nanotime, sys.ClockResolution(1)).
+		WithWalltime(func() (int64, int32) { vm.calls[slotWalltime].Add(1); return h.clock.walltime() }, sys.ClockResolution(1)).
+		WithNanotime(func() int64 { vm.calls[slotNanotime].Add(1); return h.clock.nanotime() }, sys.ClockResolution(1)).
 		// Real randomness, as in Envoy: identical seeds in every VM could
 		// hide collisions between per-worker random ids.
 		WithRandSource(rand.Reader)

@@ -184,12 +184,15 @@ func (h *host) request(headers ...[2]string) result {
 		h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
 		resp = h.GetCurrentResponseHeaders(id)
 	}
+	// The emulator keeps header values as the plugin passed them, aliasing
+	// buffers the plugin reuses for the next request (Envoy copies them);
+	// so the result takes its own copies.
 	res.headers = make(map[string]string, len(resp))
 	for _, kv := range resp {
 		if _, dup := res.headers[kv[0]]; dup {
 			h.t.Errorf("header %q appears twice in %v", kv[0], resp)
 		}
-		res.headers[kv[0]] = kv[1]
+		res.headers[strings.Clone(kv[0])] = strings.Clone(kv[1])
 	}
 	h.CompleteHttpContext(id)
 	return res
@@ -212,6 +215,10 @@ func (h *host) admittedOf(id string, n int) int {
 	}
 	return admitted
 }
+
+// flushMetrics ticks the plugin, which hands the host every count made
+// before the tick: counters lag by one tick (docs/contract.md, Metrics).
+func (h *host) flushMetrics() { h.Tick() }
 
 func (h *host) counter(name string) uint64 {
 	h.t.Helper()

@@ -1,8 +1,6 @@
 package host
 
 import (
-	"fmt"
-
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
@@ -10,80 +8,84 @@ import (
 // metrics are the limit's counters and gauge, named per docs/contract.md.
 // Envoy resolves every worker's definition of a name to one process-wide
 // stat, so counters add up across workers.
+//
+// Requests and engine events are counted here, in the VM, and handed to the
+// host on tick (flush): a request makes no metric call, and the stats lag by
+// at most one tick period.
 type metrics struct {
-	allowed       proxywasm.MetricCounter
-	rejected      []proxywasm.MetricCounter // by engine.Reason; ReasonOK unused
-	wouldReject   []proxywasm.MetricCounter // by engine.Reason; ReasonOK unused
-	rolloverEarly proxywasm.MetricCounter
-	rolloverDue   proxywasm.MetricCounter
+	allowed       counter
+	rejected      []counter // by engine.Reason; ReasonOK unused
+	wouldReject   []counter // by engine.Reason; ReasonOK unused
+	rolloverEarly counter
+	rolloverDue   counter
+	casRetries    counter
+	storeFailures counter
+	panics        counter
+	all           []*counter // every counter above, for flush
 	clientsActive proxywasm.MetricGauge
-	casRetries    proxywasm.MetricCounter
-	storeFailures proxywasm.MetricCounter
-	panics        proxywasm.MetricCounter
 
-	lastActive int // last value recorded in clientsActive; -1 before any
+	lastActive int    // last value recorded in clientsActive; -1 before any
+	refused    uint64 // host calls that failed, for the log's back-off
+}
+
+// counter is one counter metric and the increments not yet handed to the
+// host.
+type counter struct {
+	id      proxywasm.MetricCounter
+	pending uint64
 }
 
 // defineMetrics defines every metric of the limit name. The SDK's Define*
-// functions panic on a host error; that is turned into an error so that
-// OnPluginStart fails cleanly instead of trapping the VM.
-func defineMetrics(name string) (m *metrics, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			m, err = nil, fmt.Errorf("defining metrics: %v", r)
-		}
-	}()
+// functions panic on a host error; OnPluginStart's guard turns that into a
+// failed start.
+func defineMetrics(name string) *metrics {
 	prefix := "borrowcycle." + name + "."
 	reasons := engine.Reasons()
-	m = &metrics{
-		allowed:       proxywasm.DefineCounterMetric(prefix + "requests_allowed"),
-		rejected:      make([]proxywasm.MetricCounter, len(reasons)),
-		wouldReject:   make([]proxywasm.MetricCounter, len(reasons)),
-		rolloverDue:   proxywasm.DefineCounterMetric(prefix + "rollovers.deadline"),
-		rolloverEarly: proxywasm.DefineCounterMetric(prefix + "rollovers.early"),
-		clientsActive: proxywasm.DefineGaugeMetric(prefix + "clients_active"),
-		casRetries:    proxywasm.DefineCounterMetric(prefix + "cas_retries"),
-		storeFailures: proxywasm.DefineCounterMetric(prefix + "store_failures"),
-		panics:        proxywasm.DefineCounterMetric(prefix + "panics"),
-		lastActive:    -1,
+	m := &metrics{
+		rejected:    make([]counter, len(reasons)),
+		wouldReject: make([]counter, len(reasons)),
+		lastActive:  -1,
 	}
+	def := func(c *counter, suffix string) {
+		c.id = proxywasm.DefineCounterMetric(prefix + suffix)
+		m.all = append(m.all, c)
+	}
+	def(&m.allowed, "requests_allowed")
+	def(&m.rolloverDue, "rollovers.deadline")
+	def(&m.rolloverEarly, "rollovers.early")
+	def(&m.casRetries, "cas_retries")
+	def(&m.storeFailures, "store_failures")
+	def(&m.panics, "panics")
 	for _, r := range reasons {
-		if r == engine.ReasonOK {
-			continue
+		if r != engine.ReasonOK {
+			def(&m.rejected[r], "requests_rejected."+r.String())
+			def(&m.wouldReject[r], "requests_would_reject."+r.String())
 		}
-		m.rejected[r] = proxywasm.DefineCounterMetric(prefix + "requests_rejected." + r.String())
-		m.wouldReject[r] = proxywasm.DefineCounterMetric(prefix + "requests_would_reject." + r.String())
 	}
-	return m, nil
+	m.clientsActive = proxywasm.DefineGaugeMetric(prefix + "clients_active")
+	return m
 }
-
-// inc increments c. The SDK panics when the host refuses; a metric is not
-// worth failing a request for, so the panic is absorbed here, where it
-// cannot interrupt a decision half made.
-func inc(c proxywasm.MetricCounter) {
-	defer func() { _ = recover() }()
-	c.Increment(1)
-}
-
-// panic counts a recovered panic.
-func (m *metrics) panic() { inc(m.panics) }
 
 // count records the outcome of one decision.
 func (m *metrics) count(d engine.Decision) {
 	switch {
 	case !d.Allowed:
-		m.byReason(m.rejected, d.Reason)
+		m.rejected[d.Reason].pending++
 	case d.WouldReject:
-		inc(m.allowed)
-		m.byReason(m.wouldReject, d.Reason)
+		m.allowed.pending++
+		m.wouldReject[d.Reason].pending++
 	default:
-		inc(m.allowed)
+		m.allowed.pending++
 	}
 }
 
-func (m *metrics) byReason(list []proxywasm.MetricCounter, r engine.Reason) {
-	if r != engine.ReasonOK && int(r) < len(list) {
-		inc(list[r])
+// flush hands every pending increment to the host. An increment the host
+// refuses stays pending for the next tick.
+func (m *metrics) flush() {
+	for _, c := range m.all {
+		if c.pending > 0 && m.hostCall(func() { c.id.Increment(c.pending) }) {
+			c.pending = 0
+		}
 	}
 }
 
@@ -94,12 +96,26 @@ func (m *metrics) byReason(list []proxywasm.MetricCounter, r engine.Reason) {
 // proxy_record_metric through MetricHistogram, and the ABI call sets a
 // gauge's value, hence the conversion.
 func (m *metrics) setActive(n int) {
-	if n == m.lastActive || n < 0 {
-		return
+	if n != m.lastActive && n >= 0 && m.hostCall(func() { proxywasm.MetricHistogram(m.clientsActive).Record(uint64(n)) }) {
+		m.lastActive = n
 	}
-	defer func() { _ = recover() }()
-	proxywasm.MetricHistogram(m.clientsActive).Record(uint64(n))
-	m.lastActive = n
+}
+
+// hostCall makes one metric call. The SDK panics when the host refuses;
+// a metric is not worth failing a tick for, so the refusal is reported as
+// false and logged on the 1st, 2nd, 4th, 8th... time.
+func (m *metrics) hostCall(call func()) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok = false
+			m.refused++
+			if m.refused&(m.refused-1) == 0 {
+				proxywasm.LogWarnf("borrowcycle: metric update refused: %v (%d times on this worker)", r, m.refused)
+			}
+		}
+	}()
+	call()
+	return true
 }
 
 // observer is the engine.Observer of one plugin context: it counts the
@@ -113,24 +129,23 @@ type observer struct {
 // Rollover implements engine.Observer.
 func (o *observer) Rollover(ev engine.RolloverEvent) {
 	if ev.Early {
-		inc(o.m.rolloverEarly)
+		o.m.rolloverEarly.pending++
 	} else {
-		inc(o.m.rolloverDue)
+		o.m.rolloverDue.pending++
 	}
-	o.m.setActive(ev.Clients)
 	proxywasm.LogDebugf("borrowcycle: cycle %d started (early=%t): %d clients, %d registered, %d forgotten",
 		ev.Cycle, ev.Early, ev.Clients, ev.Registered, ev.Forgotten)
 }
 
 // CASRetry implements engine.Observer.
-func (o *observer) CASRetry() { inc(o.m.casRetries) }
+func (o *observer) CASRetry() { o.m.casRetries.pending++ }
 
 // StoreFailure implements engine.Observer. While shared data is failing this
 // can happen on every request, so only the 1st, 2nd, 4th, 8th... failure of
 // this worker is logged: the log shows the problem and how it grows without
 // a line per request. The counter has every one.
 func (o *observer) StoreFailure(op string, err error) {
-	inc(o.m.storeFailures)
+	o.m.storeFailures.pending++
 	o.failures++
 	if o.failures&(o.failures-1) == 0 {
 		proxywasm.LogWarnf("borrowcycle: shared state %s failed: %v (failure %d on this worker)", op, err, o.failures)

@@ -56,19 +56,16 @@ func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
 
 // metricsFor returns the metrics of the limit name, defining them on first
 // use in this VM.
-func (v *vmContext) metricsFor(name string) (*metrics, error) {
-	if m, ok := v.metrics[name]; ok {
-		return m, nil
+func (v *vmContext) metricsFor(name string) *metrics {
+	m, ok := v.metrics[name]
+	if !ok {
+		m = defineMetrics(name)
+		if v.metrics == nil {
+			v.metrics = make(map[string]*metrics)
+		}
+		v.metrics[name] = m
 	}
-	m, err := defineMetrics(name)
-	if err != nil {
-		return nil, err
-	}
-	if v.metrics == nil {
-		v.metrics = make(map[string]*metrics)
-	}
-	v.metrics[name] = m
-	return m, nil
+	return m
 }
 
 // pluginContext is one plugin configuration in one VM.
@@ -77,6 +74,7 @@ type pluginContext struct {
 	vm      *vmContext
 	filter  *filter.Filter
 	metrics *metrics
+	replier replier
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -102,16 +100,13 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 
 // start builds the filter for a valid configuration.
 func (p *pluginContext) start(cfg filter.Config) error {
-	m, err := p.vm.metricsFor(cfg.Name)
-	if err != nil {
-		return err
-	}
+	m := p.vm.metricsFor(cfg.Name)
 	store := &sharedStore{zeroCAS: p.vm.test.ZeroCAS}
 	f, err := filter.New(cfg, store, p.vm.test.clock(), &observer{m: m})
 	if err != nil {
 		return err
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(f.TickPeriod().Milliseconds())); err != nil {
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(cfg.TickPeriod().Milliseconds())); err != nil {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
 	p.filter, p.metrics = f, m
@@ -124,6 +119,8 @@ func (p *pluginContext) OnTick() {
 	if p.filter == nil {
 		return
 	}
+	// Counters first: a tick that panics below must not hold them back.
+	p.metrics.flush()
 	p.metrics.setActive(p.filter.Tick())
 	p.vm.test.reportMemory()
 }
@@ -169,8 +166,7 @@ func (h *httpContext) carryOut(d engine.Decision) types.Action {
 	if d.Allowed {
 		return types.ActionContinue
 	}
-	r := h.plugin.filter.Reply(d)
-	if err := proxywasm.SendHttpResponse(r.Status, r.Headers, r.Body, -1); err != nil {
+	if err := h.plugin.replier.send(h.plugin.filter.Reply(d)); err != nil {
 		proxywasm.LogWarnf("borrowcycle: sending the %s reply: %v", d.Reason, err)
 		return types.ActionContinue
 	}

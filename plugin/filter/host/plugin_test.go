@@ -197,6 +197,7 @@ func TestAnonymousRequests(t *testing.T) {
 		if r := h.from("  " + strings.Repeat("z", 16) + "\t"); !r.admitted() {
 			t.Errorf("a 16-byte id was rejected: %+v", r.local)
 		}
+		h.flushMetrics()
 		if got := h.counter("borrowcycle.anon.requests_rejected.anonymous"); got != uint64(len(cases)) {
 			t.Errorf("requests_rejected.anonymous = %d, want %d", got, len(cases))
 		}
@@ -269,6 +270,7 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 		if r := h.from("frank"); !r.admitted() {
 			t.Fatal("passthrough rejected a pending newcomer")
 		}
+		h.flushMetrics()
 		h.checkCounters("borrowcycle.pass.", map[string]uint64{
 			"requests_allowed":                    7,
 			"requests_would_reject.over_limit":    3,
@@ -311,6 +313,7 @@ func TestHostileHeadersLeaveServiceIntact(t *testing.T) {
 		for i := 0; i < 10000; i++ {
 			h.from("flood-" + strconv.Itoa(i))
 		}
+		h.flushMetrics()
 		if got := h.counter("borrowcycle.hostile.requests_rejected.table_full"); got == 0 {
 			t.Error("10k distinct ids never filled a 64-client table")
 		}
@@ -335,6 +338,9 @@ func TestMetricValues(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "min_cycle": "2s", "max_clients": 2, "name": "m"}`)
 		h.from("a") // first client: registers at once, a cycle started by a newcomer (early)
+		if got := h.counter("borrowcycle.m.requests_allowed"); got != 0 {
+			t.Errorf("requests_allowed = %d before any tick: counted by a host call per request", got)
+		}
 		h.from("b") // pending: min_cycle not reached
 		h.from("c") // table_full: a + pending b fill 2 slots
 		h.advance(2 * time.Second)
@@ -343,6 +349,7 @@ func TestMetricValues(t *testing.T) {
 		h.request()
 		h.advance(10 * time.Second)
 		h.Tick() // deadline rollover (deadline)
+		h.flushMetrics()
 		h.checkCounters("borrowcycle.m.", map[string]uint64{
 			"requests_allowed":                7, // a: 1+5, b: 1
 			"requests_rejected.pending":       1,

@@ -74,11 +74,11 @@ func onlyFields(data []byte, names ...string) (map[string]json.RawMessage, error
 	return fields, nil
 }
 
-// clock is the filter's clock: the system clock, unless clock_property
+// clock is the filter's clock: the wall clock, unless clock_property
 // points it at a host property.
 func (ts *testSupport) clock() engine.Clock {
 	if ts.ClockProperty == "" {
-		return engine.SystemClock{}
+		return wallClock{}
 	}
 	return &propertyClock{path: strings.Split(ts.ClockProperty, ".")}
 }
