@@ -391,26 +391,27 @@ func TestOverlappingConfigsKeepTheCap(t *testing.T) {
 	}
 }
 
-// A slot stamped with a cycle that does not exist (a bad writer) makes its
-// client over limit for the cycle, never fail open, and the next rollover
-// resets it.
-func TestFutureSlotIsRepairedNotFailedOpen(t *testing.T) {
+// An entry naming a plan that does not exist (a bad writer) makes its
+// client over limit for the window, never fail open, and the next plan
+// resets its bucket: the client comes back as a newcomer.
+func TestFutureEntryIsRepairedNotFailedOpen(t *testing.T) {
 	store := NewMemStore()
 	cfg := testConfig()
 	l := newLimiter(t, cfg, store)
 	if err := l.RegisterAt(t0, "X"); err != nil {
 		t.Fatal(err)
 	}
-	bogus := appendSlot(nil, slotValue{cycle: 1 << 40, hash: HashID("X")})
-	if err := store.Set(cfg.KeyPrefix+"/s/0", bogus, 0); err != nil {
+	key := l.reg.key(l.reg.home(HashID("X")))
+	bogus := appendBucket(nil, &bucketVal{entries: []entry{{hash: HashID("X"), plan: 1 << 40, share: 40, window: l.reg.view.window, active: l.reg.view.window}}})
+	if err := store.Set(key, bogus, 0); err != nil {
 		t.Fatal(err)
 	}
 	d := l.AdmitAt(t0.Add(time.Second), "X")
 	if d.Allowed || d.Reason != ReasonOverLimit {
-		t.Fatalf("decision on a future-stamped slot = %+v, want over_limit", d)
+		t.Fatalf("decision on a future-stamped entry = %+v, want over_limit", d)
 	}
 	if d := l.AdmitAt(t0.Add(10*time.Second), "X"); !d.Allowed {
-		t.Fatalf("after the rollover: %+v, want the slot reset and X admitted", d)
+		t.Fatalf("after the next window's plan: %+v, want the bucket reset and X admitted", d)
 	}
 }
 
@@ -467,23 +468,23 @@ func TestSilentClientsAgeUnderChurn(t *testing.T) {
 	}
 }
 
-// A header that decodes but cannot be right (a cycle that never ends) is
-// treated as unreadable and reset, rather than locking clients out.
-func TestImpossibleHeaderIsReset(t *testing.T) {
+// A plan that decodes but cannot be right (a capacity of 0) is treated as
+// unreadable and replaced by a plan whose id is above every id in use,
+// rather than locking clients out.
+func TestImpossiblePlanIsReset(t *testing.T) {
 	store := NewMemStore()
 	cfg := testConfig()
-	bogus := appendHeader(nil, &header{cycle: 7, start: t0.UnixNano(), deadline: t0.Add(1000 * time.Hour).UnixNano(),
-		clients: []clientEntry{{hash: 99, share: 40}}})
-	if err := store.Set(cfg.KeyPrefix+"/h", bogus, 0); err != nil {
+	bogus := appendPlan(nil, &plan{id: 7, roll: 7, window: windowIndex(t0.UnixNano(), &cfg), capacity: 0, buckets: 128, n: 1, scale: 1})
+	if err := store.Set(cfg.KeyPrefix+"/p", bogus, 0); err != nil {
 		t.Fatal(err)
 	}
-	obs := &countingObserver{}
-	l, err := New(cfg, store, WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
+	l := newLimiter(t, cfg, store)
+	d := l.AdmitAt(t0.Add(time.Second), "real")
+	if !d.Allowed {
+		t.Fatalf("a real client behind an impossible plan: %+v", d)
 	}
-	if d := l.AdmitAt(t0.Add(time.Second), "real"); !d.Allowed {
-		t.Fatalf("a real client behind an impossible header: %+v", d)
+	if d.Cycle < planResetJump {
+		t.Fatalf("plan id %d after a reset, want a jump of at least %d", d.Cycle, planResetJump)
 	}
 }
 
@@ -497,7 +498,7 @@ func TestCorruptSlotRejectsLocally(t *testing.T) {
 	if err := l.RegisterAt(t0, "X"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Set(cfg.KeyPrefix+"/s/0", []byte("garbage"), 0); err != nil {
+	if err := store.Set(l.reg.key(l.reg.home(HashID("X"))), []byte("garbage"), 0); err != nil {
 		t.Fatal(err)
 	}
 	store.ops.Store(0)
