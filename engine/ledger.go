@@ -32,8 +32,16 @@ type clientState struct {
 	flushed   int64 // units this worker wrote in window
 	fresh     bool  // registered in this window (counts as a newcomer)
 	exhausted bool  // nothing left (share or window budget) at the last sync
+	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool  // the lease was used since the last tick
 	dirty     bool  // in the tick list
+}
+
+// reset starts the client's state afresh for window k: leases and counts of
+// another window are over.
+func (cs *clientState) reset(k int64) {
+	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
+	cs.used, cs.exhausted, cs.unusable = false, false, 0
 }
 
 type syncResult uint8
@@ -114,9 +122,9 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		case e.plan < p.id:
 			rebase(&e, p, r.pol, g.cfg)
 		}
-		if cs.window != e.window || cs.plan == 0 {
+		if cs.window != e.window {
 			// Counts and leases of another window are over here.
-			cs.window, cs.lease, cs.unflushed, cs.flushed, cs.used = e.window, 0, 0, 0, false
+			cs.reset(e.window)
 		}
 		e.demand += cs.unflushed
 		if e.demand > 0 {

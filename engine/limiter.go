@@ -123,10 +123,8 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
 	t := now.UnixNano()
-	if corrupt, err := l.reg.read(); err != nil {
+	if err := l.refresh(t); err != nil {
 		return
-	} else if corrupt {
-		_, _ = l.reg.replan(t, false, l.flush)
 	}
 	l.tickClients()
 	if step, _ := transition(&l.reg.view, &l.cfg, t, false); step == StepRoll || step == StepReplan {
@@ -176,7 +174,7 @@ func (l *Limiter) markDirty(cs *clientState) {
 // otherwise.
 func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	t := now.UnixNano()
-	if _, err := l.reg.read(); err != nil {
+	if err := l.refresh(t); err != nil {
 		return err
 	}
 	for _, c := range clients {
@@ -255,6 +253,17 @@ func (l *Limiter) Snapshot() Snapshot {
 // last read.
 func (l *Limiter) ActiveClients() int { return int(l.reg.view.n) }
 
+// refresh reads the plan; an unreadable one is replaced at once by a plan
+// for t's window (see registry.replan).
+func (l *Limiter) refresh(t int64) error {
+	corrupt, err := l.reg.read()
+	if err != nil || !corrupt {
+		return err
+	}
+	_, err = l.reg.replan(t, false, l.flush)
+	return err
+}
+
 // current makes sure the view is the plan for t, planning a new window
 // when the running one is over. It reads the store only when the cached
 // plan says a step is due.
@@ -272,9 +281,15 @@ func (l *Limiter) current(t int64) error {
 // found stale.
 func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) Decision {
 	p := &l.reg.view
-	current := cs.plan == p.id && cs.window == p.window
+	if cs.window != p.window {
+		cs.reset(p.window)
+	}
+	current := cs.plan == p.id
 	cs.unflushed += cost
 	l.markDirty(cs)
+	if cs.unusable == p.id && !l.flushDue(cs) {
+		return l.overLimit(t, cs)
+	}
 	if current && cs.lease >= cost {
 		cs.lease -= cost
 		cs.used = true
@@ -296,7 +311,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		return l.overLimit(t, cs)
 	case syncStale, syncPending:
 		before := p.id
-		if corrupt, err := l.reg.read(); err != nil || corrupt {
+		if err := l.refresh(t); err != nil {
 			return l.failure(t)
 		}
 		cs.unflushed -= cost // counted again by the retry
@@ -308,7 +323,9 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		}
 		// The entry names a plan that does not exist: unusable until the
 		// next plan resets it.
-		cs.exhausted = true
+		cs.unusable = p.id
+		cs.flushed += cs.unflushed
+		cs.unflushed = 0
 		return l.overLimit(t, cs)
 	case syncGone:
 		cs.unflushed -= cost
@@ -319,7 +336,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		// The bucket may hide grants: the client gets nothing more until a
 		// roller resets it. Its demand is dropped as if written, so further
 		// rejections stay local instead of re-reading the bucket each time.
-		cs.plan, cs.window, cs.exhausted = p.id, p.window, true
+		cs.unusable = p.id
 		cs.flushed += cs.unflushed
 		cs.unflushed = 0
 		return l.overLimit(t, cs)
@@ -336,13 +353,32 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if id, ok := r.refused[h]; ok && id == r.view.id {
 		return l.tableFull(t)
 	}
-	if id, ok := r.waiting[h]; ok && id == r.view.id && !replanAllowed(&r.view, &l.cfg, t) {
+	if id, ok := r.waiting[h]; ok && id == r.view.id && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
+		// Told to wait under this plan, and no re-plan can be due yet (or
+		// none is wanted as far as this worker knows: its next tick
+		// catches up).
 		return l.pending(t)
 	}
+	if r.view.id == 0 {
+		// No plan seen yet: read it, or every client looks new.
+		if err := l.refresh(t); err != nil {
+			return l.failure(t)
+		}
+	}
 	b, e, found, err := r.find(h)
+	if err == nil && found && !registered(&e, &r.view) {
+		// Waiting, as far as this worker's view goes: the view may be
+		// behind the plan that counted it.
+		if err := l.refresh(t); err != nil {
+			return l.failure(t)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, errCorrupt) {
-			return l.pending(t) // its bucket is reset by the next plan
+			// Its bucket is reset by the next plan; until then repeats wait
+			// here without reading it again.
+			l.wait(h)
+			return l.pending(t)
 		}
 		return l.failure(t)
 	}
@@ -371,10 +407,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if step, err := r.replan(t, true, l.flush); err != nil {
 		return l.failure(t)
 	} else if step == StepStay {
-		if len(r.waiting) >= localCacheMax {
-			clear(r.waiting)
-		}
-		r.waiting[h] = r.view.id
+		l.wait(h)
 		return l.pending(t)
 	}
 	b, e, found, err = r.find(h)
@@ -384,8 +417,15 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	return l.admitKnown(t, l.track(h, b), cost, true)
 }
 
+func (l *Limiter) wait(h uint64) {
+	if len(l.reg.waiting) >= localCacheMax {
+		clear(l.reg.waiting)
+	}
+	l.reg.waiting[h] = l.reg.view.id
+}
+
 func (l *Limiter) track(h uint64, b int) *clientState {
-	cs := &clientState{hash: h, bucket: b}
+	cs := &clientState{hash: h, bucket: b, window: l.reg.view.window}
 	l.reg.clients[h] = cs
 	return cs
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 )
@@ -74,7 +75,7 @@ func TestLimiterRejectionsCarryHeaders(t *testing.T) {
 		t.Fatalf("admitted %d of 41, want the whole capacity 40", admitted)
 	}
 	want := Decision{Allowed: false, WouldReject: true, Reason: ReasonOverLimit, Limit: 40,
-		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Cycle: d.Cycle}
+		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Cycle: d.Cycle, Window: d.Window}
 	if d != want {
 		t.Fatalf("decision = %+v\nwant       %+v", d, want)
 	}
@@ -96,38 +97,62 @@ func TestAnonymousIsRejectedWithoutState(t *testing.T) {
 	}
 }
 
-func TestNewcomerEndsCycleEarlyAndGetsShareAtOnce(t *testing.T) {
+func TestNewcomerReplansTheRestOfTheWindow(t *testing.T) {
 	l := newLimiter(t, testConfig(), NewMemStore())
 	send(l, t0, "A", 5)
 	first := l.Snapshot()
 	d := l.AdmitAt(t0.Add(2*time.Second), "B") // after MinCycle
-	if !d.Allowed || d.Cycle != first.Cycle+1 {
-		t.Fatalf("newcomer: %+v, want admitted in a new cycle", d)
+	if !d.Allowed || d.Cycle != first.Cycle+1 || d.Window != first.Window {
+		t.Fatalf("newcomer: %+v, want admitted under a re-plan of the same window", d)
 	}
 	s := l.Snapshot()
-	if !s.Early || !s.Deadline.Equal(t0.Add(12*time.Second)) {
-		t.Fatalf("snapshot %+v, want an early cycle ending 10s after the rollover", s)
+	if !s.Early || !s.Deadline.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("snapshot %+v, want a re-plan that keeps the window's deadline", s)
 	}
-	// A asked 5 in 2 s, which scales to 25 per full cycle; B counts as the
-	// default share 20. Seed: A gets D + loan = 20 + min(5, 5/5*0) = 20.
-	if a, b := shareOf(l, "A"), shareOf(l, "B"); a+b != 40 || b < 1 {
-		t.Fatalf("shares A=%d B=%d, want a split of 40 with B served", a, b)
+	// Both are new in this window, so both count as the default share 20.
+	// A was granted 5 already: it may take 15 more; B takes 20; 5 + 15 +
+	// 20 is the window's 40.
+	if a, b := shareOf(l, "A"), shareOf(l, "B"); a != 20 || b != 20 {
+		t.Fatalf("shares A=%d B=%d, want 20 and 20", a, b)
+	}
+	admitted, _ := send(l, t0.Add(3*time.Second), "A", 40)
+	more, _ := send(l, t0.Add(4*time.Second), "B", 40)
+	if total := 5 + admitted + 1 + more; total != 40 {
+		t.Fatalf("the window admitted %d, want exactly its capacity 40", total)
 	}
 }
 
-func TestEarlyDemandIsScaledToAFullCycle(t *testing.T) {
+// allocateByHash is Allocate with the clients ordered as the engine breaks
+// rounding ties: by client hash.
+func allocateByHash(capacity int64, reservation float64, names []string, demand map[string]int64) map[string]int64 {
+	order := append([]string(nil), names...)
+	sort.Slice(order, func(i, j int) bool { return HashID(order[i]) < HashID(order[j]) })
+	ds := make([]int64, len(order))
+	for i, c := range order {
+		ds[i] = demand[c]
+	}
+	out := map[string]int64{}
+	for i, s := range Allocate(capacity, reservation, ds) {
+		out[order[i]] = s
+	}
+	return out
+}
+
+// A client that arrives mid-window has its first window's demand scaled to
+// a full window, from its arrival.
+func TestPartialFirstWindowIsScaled(t *testing.T) {
 	cfg := testConfig()
 	l := newLimiter(t, cfg, NewMemStore())
 	if err := l.RegisterAt(t0, "A", "B", "C", "D"); err != nil {
 		t.Fatal(err)
 	}
-	send(l, t0.Add(time.Millisecond), "A", 3) // 3 in 2.5 s: 12 per 10 s
-	l.AdmitAt(t0.Add(2500*time.Millisecond), "E")
-	// Rollover demand: A=12 (scaled), B=C=D=0, E=D=8 as newcomer.
-	want := Seed{Reservation: 0.1}.Allocate(nil, 40, []float64{(3 + 0) * 4, 0, 0, 0, 8})
-	for i, c := range []string{"A", "B", "C", "D", "E"} {
-		if got := shareOf(l, c); got != want[i] {
-			t.Fatalf("client %s share %d, want %d (all %v)", c, got, want[i], want)
+	send(l, t0.Add(time.Millisecond), "A", 3)
+	send(l, t0.Add(7500*time.Millisecond), "E", 3) // 3 in 2.5 s: 12 per 10 s
+	l.TickAt(t0.Add(10 * time.Second))
+	want := allocateByHash(40, cfg.Reservation, []string{"A", "B", "C", "D", "E"}, map[string]int64{"A": 3, "E": 12})
+	for c, share := range want {
+		if got := shareOf(l, c); got != share {
+			t.Fatalf("client %s share %d, want %d (all %v)", c, got, share, want)
 		}
 	}
 }
@@ -149,10 +174,13 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	}
 	d = l.AdmitAt(t0.Add(time.Second), "B")
 	if !d.Allowed || d.Cycle != before+1 {
-		t.Fatalf("after MinCycle: %+v, want B admitted in the early cycle", d)
+		t.Fatalf("after MinCycle: %+v, want B admitted under the re-plan", d)
 	}
 	if got := l.ActiveClients(); got != 102 {
 		t.Fatalf("active clients %d, want A, B and the 100 pending ids registered together", got)
+	}
+	if s := l.Snapshot(); !s.Deadline.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("the re-plan moved the deadline to %v", s.Deadline)
 	}
 }
 
@@ -290,9 +318,9 @@ func TestKeySetIsBounded(t *testing.T) {
 	}
 }
 
-// Newcomers ending cycles early, MinCycle apart, do not age quiet clients:
-// only full cycles of silence count towards IdleCycles.
-func TestEarlyRolloversDoNotAgeQuietClients(t *testing.T) {
+// Re-plans for newcomers, MinCycle apart, do not age quiet clients: only
+// whole windows of silence count towards IdleCycles.
+func TestReplansDoNotAgeQuietClients(t *testing.T) {
 	cfg := testConfig()
 	cfg.IdleCycles = 2
 	l := newLimiter(t, cfg, NewMemStore())
@@ -302,25 +330,23 @@ func TestEarlyRolloversDoNotAgeQuietClients(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		at := t0.Add(time.Duration(i) * 1100 * time.Millisecond)
 		if d := l.AdmitAt(at, fmt.Sprintf("new-%d", i)); !d.Allowed || !l.Snapshot().Early {
-			t.Fatalf("newcomer %d: %+v, want admitted by an early rollover", i, d)
+			t.Fatalf("newcomer %d: %+v, want admitted by a re-plan", i, d)
 		}
 	}
+	l.TickAt(t0.Add(20 * time.Second)) // quiet in windows 1 and 2 after arriving in 0
 	if _, ok := l.Snapshot().Clients[HashID("quiet")]; !ok {
-		t.Fatal("five early rollovers in 5.5 s made a quiet client forgotten")
+		t.Fatal("five re-plans and two quiet windows made a client forgotten")
 	}
-	// Two full cycles of silence do.
-	l.TickAt(t0.Add(5500*time.Millisecond + 10*time.Second))
-	l.TickAt(t0.Add(5500*time.Millisecond + 20*time.Second))
+	l.TickAt(t0.Add(30 * time.Second))
 	if _, ok := l.Snapshot().Clients[HashID("quiet")]; ok {
-		t.Fatal("quiet client still registered after two full idle cycles")
+		t.Fatal("quiet client still counted after more than two idle windows")
 	}
 }
 
-func TestFirstCycleIsStartedEarlyByItsFirstClient(t *testing.T) {
+func TestFirstClientNeverWaits(t *testing.T) {
 	l := newLimiter(t, testConfig(), NewMemStore())
-	l.AdmitAt(t0, "first")
-	if !l.Snapshot().Early {
-		t.Fatal("the first cycle, started by a newcomer, is not reported as early")
+	if d := l.AdmitAt(t0.Add(5*time.Second), "first"); !d.Allowed || d.Limit != 40 {
+		t.Fatalf("first client: %+v, want admitted with the whole capacity", d)
 	}
 }
 
@@ -415,38 +441,6 @@ func TestFutureEntryIsRepairedNotFailedOpen(t *testing.T) {
 	}
 }
 
-// A worker whose table is smaller than the running header never writes
-// its cut view back: the other config's clients stay registered.
-func TestTruncatedViewIsNeverWrittenBack(t *testing.T) {
-	store := NewMemStore()
-	big := testConfig()
-	big.MaxClients = 10
-	old := newLimiter(t, big, store)
-	if err := old.RegisterAt(t0, "a", "b", "c", "d", "e"); err != nil {
-		t.Fatal(err)
-	}
-	// Free the first slots, so the cut view has room and looks not full.
-	for c := 1; c <= 3; c++ {
-		at := t0.Add(time.Duration(c) * 10 * time.Second)
-		old.TickAt(at)
-		send(old, at.Add(time.Second), "e", 1)
-	}
-	small := testConfig()
-	small.MaxClients = 2
-	cur := newLimiter(t, small, store)
-	// Within min_cycle of the running cycle's start, the newcomer would be
-	// recorded as pending: a header write that must not happen from a cut
-	// view.
-	at := t0.Add(30*time.Second + 100*time.Millisecond)
-	if d := cur.AdmitAt(at, "newcomer"); d.Allowed || d.Reason != ReasonTableFull {
-		t.Fatalf("newcomer on a cut view: %+v, want table_full", d)
-	}
-	old.TickAt(at.Add(100 * time.Millisecond))
-	if _, ok := old.Snapshot().Clients[HashID("e")]; !ok {
-		t.Fatal("the other config's client was dropped by a cut view written back")
-	}
-}
-
 // Under a steady stream of newcomers every rollover is early, yet a silent
 // client still ages by the time that passes and is forgotten.
 func TestSilentClientsAgeUnderChurn(t *testing.T) {
@@ -504,7 +498,7 @@ func TestCorruptSlotRejectsLocally(t *testing.T) {
 	store.ops.Store(0)
 	admitted, _ := send(l, t0.Add(time.Second), "X", 1000)
 	if admitted != 0 {
-		t.Fatalf("admitted %d from a corrupt slot, want 0 until the roller resets it", admitted)
+		t.Fatalf("admitted %d from a corrupt bucket, want 0 until the roller resets it", admitted)
 	}
 	// Written-back demand grows geometrically (1/16 steps), so 1000
 	// attempts re-read the slot about 16·ln(1000)+16 ≈ 127 times, not 1000.

@@ -24,6 +24,7 @@ type registry struct {
 
 	view    plan   // the plan as last read (id 0: none yet)
 	viewCAS uint32 // CAS of view as read; 0 when unknown (then re-read before writing)
+	viewBad bool   // the value at viewCAS is unreadable: only a roller may replace it
 
 	clients map[uint64]*clientState // counted clients this worker has seen
 	waiting map[uint64]uint64       // newcomers told "pending" -> plan id then
@@ -88,7 +89,7 @@ func (r *registry) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(
 func (r *registry) read() (corrupt bool, err error) {
 	raw, cas, err := r.store.Get(r.planKey)
 	if errors.Is(err, ErrNotFound) {
-		r.view, r.viewCAS = plan{window: r.view.window}, casCreate
+		r.view, r.viewCAS, r.viewBad = plan{window: r.view.window}, casCreate, false
 		return false, nil
 	}
 	if err != nil {
@@ -96,19 +97,19 @@ func (r *registry) read() (corrupt bool, err error) {
 		return false, err
 	}
 	if cas == r.viewCAS {
-		return false, nil
+		return r.viewBad, nil
 	}
 	var p plan
 	if err := decodePlan(raw, &p); err != nil {
 		r.obs.ValueReset(r.planKey, err)
-		r.viewCAS = cas
+		r.viewCAS, r.viewBad = cas, true
 		return true, nil
 	}
 	if p.id < r.view.id {
 		// A plan id never goes back; an older one can only be a bad
 		// writer's. Keep what we know and let a roller replace it.
 		r.obs.ValueReset(r.planKey, errCorrupt)
-		r.viewCAS = cas
+		r.viewCAS, r.viewBad = cas, true
 		return true, nil
 	}
 	r.adopt(p, cas)
@@ -128,7 +129,7 @@ func (r *registry) adopt(p plan, cas uint32) {
 			}
 		}
 	}
-	r.view, r.viewCAS = p, cas
+	r.view, r.viewCAS, r.viewBad = p, cas, false
 }
 
 // find looks a client up: its bucket and entry, if it has one.
@@ -326,13 +327,18 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 		if err != nil {
 			return StepStay, err
 		}
-		top, err := r.scan(&next, !corrupt)
-		if err != nil {
-			return StepStay, err
-		}
 		if corrupt {
+			// The new id must be known before the scan: which clients are
+			// new depends on it. A first pass finds the highest id in use.
+			top, err := r.scan(&next, false)
+			if err != nil {
+				return StepStay, err
+			}
 			next.id = max(top, cur.id, r.budgetRoll) + planResetJump
 			next.roll = next.id
+		}
+		if _, err := r.scan(&next, !corrupt); err != nil {
+			return StepStay, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
 		r.buf = appendPlan(r.buf, &next)
