@@ -23,18 +23,19 @@ type ledger struct {
 type clientState struct {
 	hash      uint64
 	bucket    int
+	created   uint64 // the entry's created: tells a re-registered client's entry apart
 	plan      uint64 // plan the share is under (the share period)
 	window    int64  // window the lease and counts belong to
 	share     int64
-	granted   int64 // the entry's granted at the last sync
-	lease     int64 // units this worker may still admit without the store
-	unflushed int64 // units asked for here, not yet written to the entry
-	flushed   int64 // units this worker wrote in window
-	fresh     bool  // registered in this window (counts as a newcomer)
-	exhausted bool  // nothing left (share or window budget) at the last sync
+	granted   int64  // the entry's granted at the last sync
+	lease     int64  // units this worker may still admit without the store
+	unflushed int64  // units asked for here, not yet written to the entry
+	flushed   int64  // units this worker wrote in window
+	fresh     bool   // registered in this window (counts as a newcomer)
+	exhausted bool   // nothing left (share or window budget) at the last sync
 	unusable  uint64 // plan id under which the entry was found unreadable
-	used      bool  // the lease was used since the last tick
-	dirty     bool  // in the tick list
+	used      bool   // the lease was used since the last tick
+	dirty     bool   // in the tick list
 }
 
 // reset starts the client's state afresh for window k: leases and counts of
@@ -122,9 +123,11 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		case e.plan < p.id:
 			rebase(&e, p, r.pol, g.cfg)
 		}
-		if cs.window != e.window {
-			// Counts and leases of another window are over here.
+		if cs.window != e.window || cs.created != e.created {
+			// Counts and leases of another window, or of an earlier entry
+			// of this client (its bucket was reset), are over here.
 			cs.reset(e.window)
+			cs.created = e.created
 		}
 		e.demand += cs.unflushed
 		if e.demand > 0 {
@@ -213,6 +216,10 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		switch {
 		case v.roll > p.roll:
 			return 0, false
+		case v.roll < p.roll && v.window == p.window && cas != casCreate:
+			// The same window under a later roll (a plan reset): its grants
+			// still count.
+			v.roll, changed = p.roll, true
 		case v.roll < p.roll:
 			if delta < 0 {
 				return 0, true // a return to a window that is over

@@ -383,7 +383,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		return l.failure(t)
 	}
 	if found && counted(&e, &r.view, &l.cfg) {
-		return l.admitKnown(t, l.track(h, b), cost, true)
+		return l.admitKnown(t, l.track(h, b, e.created), cost, true)
 	}
 	if !found || registered(&e, &r.view) { // new, or returning after expiry
 		step, _ := transition(&r.view, &l.cfg, t, true)
@@ -414,7 +414,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if err != nil || !found || !counted(&e, &r.view, &l.cfg) {
 		return l.pending(t)
 	}
-	return l.admitKnown(t, l.track(h, b), cost, true)
+	return l.admitKnown(t, l.track(h, b, e.created), cost, true)
 }
 
 func (l *Limiter) wait(h uint64) {
@@ -424,8 +424,8 @@ func (l *Limiter) wait(h uint64) {
 	l.reg.waiting[h] = l.reg.view.id
 }
 
-func (l *Limiter) track(h uint64, b int) *clientState {
-	cs := &clientState{hash: h, bucket: b, window: l.reg.view.window}
+func (l *Limiter) track(h uint64, b int, created uint64) *clientState {
+	cs := &clientState{hash: h, bucket: b, window: l.reg.view.window, created: created}
 	l.reg.clients[h] = cs
 	return cs
 }

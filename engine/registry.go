@@ -323,7 +323,8 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 		if step == StepRoll {
 			next.roll = next.id
 		}
-		capacity, left, bcas, bcorrupt, err := r.budgetLeft(&cur, step)
+		freshRoll := step == StepRoll && !corrupt
+		capacity, left, bcas, bcorrupt, err := r.budgetLeft(&next, freshRoll)
 		if err != nil {
 			return StepStay, err
 		}
@@ -353,7 +354,7 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 		}
 		registeredNow := r.countNew(&next)
 		r.adopt(next, 0)
-		r.resetCorrupt(bcas, bcorrupt)
+		r.resetCorrupt(bcas, bcorrupt, freshRoll)
 		r.obs.Rollover(RolloverEvent{
 			Cycle:      next.id,
 			Window:     next.window,
@@ -370,9 +371,12 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 }
 
 // budgetLeft is the capacity the next plan splits and what is left of the
-// window's budget: the whole of it for a new window. A re-plan splits the
-// capacity in force for the window (the smallest any config set).
-func (r *registry) budgetLeft(cur *plan, step Step) (capacity, left int64, cas uint32, corrupt bool, err error) {
+// window's budget. A plan for another window than the budget's starts from
+// the whole capacity; a plan for the budget's window (a re-plan, or a plan
+// reset) splits the capacity in force for it (the smallest any config set)
+// and has only what the budget has not granted. An unreadable budget may
+// hide grants: it leaves nothing, except to a roll into a new window.
+func (r *registry) budgetLeft(next *plan, freshRoll bool) (capacity, left int64, cas uint32, corrupt bool, err error) {
 	capacity = r.cfg.Capacity
 	r.budgetRoll = 0
 	raw, cas, err := r.store.Get(r.budgetKey)
@@ -386,15 +390,15 @@ func (r *registry) budgetLeft(cur *plan, step Step) (capacity, left int64, cas u
 	v, derr := decodeBudget(raw)
 	if derr != nil {
 		r.obs.ValueReset(r.budgetKey, derr)
-		if step == StepReplan {
-			return capacity, 0, cas, true, nil // may hide grants: nothing left
+		if freshRoll {
+			return capacity, capacity, cas, true, nil
 		}
-		return capacity, capacity, cas, true, nil
+		return capacity, 0, cas, true, nil
 	}
 	r.budgetRoll = v.roll
-	if step == StepReplan && v.roll == cur.roll {
+	if v.window == next.window && !freshRoll {
 		capacity = min(capacity, v.capacity)
-		return capacity, capacity - v.granted, cas, false, nil
+		return capacity, max(0, capacity-v.granted), cas, false, nil
 	}
 	return capacity, capacity, cas, false, nil
 }
@@ -460,7 +464,7 @@ func (r *registry) countNew(next *plan) int {
 // write lose to any write since. A reset bucket loses its clients (they
 // come back as newcomers); a reset budget is spent for the window, since
 // it may have hidden grants.
-func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt bool) {
+func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
 	for _, c := range r.corrupt {
 		r.buf = appendBucket(r.buf, &bucketVal{})
 		if err := r.store.Set(r.key(c.bucket), r.buf, c.cas); err != nil && !errors.Is(err, ErrCASMismatch) {
@@ -470,8 +474,8 @@ func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt bool) {
 	r.corrupt = r.corrupt[:0]
 	if budgetCorrupt {
 		v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity}
-		if r.view.roll != r.view.id || r.view.replan {
-			v.granted = v.capacity // a re-plan cannot know what the lost value held
+		if !freshRoll {
+			v.granted = v.capacity // the lost value may have held grants of this window
 		}
 		r.buf = appendBudget(r.buf, v)
 		if err := r.store.Set(r.budgetKey, r.buf, budgetCAS); err != nil && !errors.Is(err, ErrCASMismatch) {
