@@ -22,7 +22,7 @@ const (
 	budgetLen   = 1 + 8*4
 	bucketHead  = 1 + 1 + 1
 	entryLen    = 8 * 10
-	bucketSlots = 32 // entries per bucket key
+	bucketSlots = 48 // entries per bucket key
 )
 
 var errCorrupt = errors.New("corrupt value")

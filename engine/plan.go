@@ -160,6 +160,7 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		c := math.Max(0, sanitize(pol.capOf(&next.params, d)))
 		f := math.Floor(c)
 		s.fracs[i] = c - f
+		s.demands[i] = f // the demand is not needed any more: keep the floor
 		floors += int64(math.Min(f, float64(capacity)))
 	}
 	switch up := capacity - floors; {
@@ -173,7 +174,13 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	}
 	var want int64
 	for i, d := range s.demands {
-		full := roundCap(pol.capOf(&next.params, d), s.hashes[i], next)
+		// d now holds the cap's floor (see above); roundCap's arithmetic on
+		// the same cap gives the same integer.
+		f := d
+		if roundsUp(s.fracs[i], s.hashes[i], next.thrFrac, next.thrHash) {
+			f++
+		}
+		full := int64(math.Min(f, float64(capacity)))
 		want += max(0, full-s.granted[i])
 	}
 	if left = max(left, 0); want > left {

@@ -19,7 +19,7 @@ type registry struct {
 	planKey   string
 	budgetKey string
 	prefix    string
-	nb        int // buckets: a power of two, about MaxClients/8
+	nb        int // buckets: a power of two, about MaxClients/16
 	keys      []string
 
 	view    plan   // the plan as last read (id 0: none yet)
@@ -54,7 +54,7 @@ const localCacheMax = 1 << 14
 
 func newRegistry(cfg *Config, store Store, obs Observer) *registry {
 	nb := 1
-	for nb*8 < cfg.MaxClients {
+	for nb*16 < cfg.MaxClients {
 		nb <<= 1
 	}
 	return &registry{
