@@ -49,10 +49,11 @@ type plan struct {
 	replan   bool   // published mid-window, for newcomers
 	params   policyParams
 	// Largest remainder as a threshold: a client's cap rounds up when
-	// (fractional part, hash) comes before (thrFrac, thrHash) in the order
-	// "larger fraction first, then lower hash".
-	thrFrac float64
-	thrHash uint64
+	// (fractional part, arrival, hash) is at or before (thrFrac, thrSince,
+	// thrHash) in the rounding order (see roundsUp).
+	thrFrac  float64
+	thrSince int64
+	thrHash  uint64
 	// scale turns what each client still wants of its full-window share
 	// into what it may take of the window's remaining budget (≤ 1).
 	scale float64
@@ -80,7 +81,7 @@ func appendPlan(dst []byte, p *plan) []byte {
 		dst = le.AppendUint64(dst, math.Float64bits(f))
 	}
 	dst = le.AppendUint64(dst, math.Float64bits(p.scale))
-	dst = le.AppendUint64(dst, 0) // reserved
+	dst = le.AppendUint64(dst, uint64(p.thrSince))
 	dst = le.AppendUint64(dst, 0) // reserved
 	return dst
 }
@@ -108,6 +109,7 @@ func decodePlan(b []byte, p *plan) error {
 		off += 8
 	}
 	q.scale = math.Float64frombits(le.Uint64(b[off:]))
+	q.thrSince = int64(le.Uint64(b[off+8:]))
 	switch {
 	case q.id == 0 || q.id >= maxPlanID || q.roll == 0 || q.roll > q.id:
 		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)

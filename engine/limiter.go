@@ -177,7 +177,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	if err := l.refresh(t); err != nil {
 		return err
 	}
-	for _, c := range clients {
+	for i, c := range clients {
 		if c == "" {
 			continue
 		}
@@ -187,7 +187,9 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 		} else if found && (!registered(&e, &l.reg.view) || !expired(&e, &l.reg.view, &l.cfg)) {
 			continue
 		}
-		if err := l.reg.insert(h, t); err != nil {
+		// Arrivals a nanosecond apart keep the declared order: it breaks
+		// rounding ties, like registration order does.
+		if err := l.reg.insert(h, t+int64(i)); err != nil {
 			return err
 		}
 	}

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 )
@@ -122,18 +121,16 @@ func TestNewcomerReplansTheRestOfTheWindow(t *testing.T) {
 	}
 }
 
-// allocateByHash is Allocate with the clients ordered as the engine breaks
-// rounding ties: by client hash.
-func allocateByHash(capacity int64, reservation float64, names []string, demand map[string]int64) map[string]int64 {
-	order := append([]string(nil), names...)
-	sort.Slice(order, func(i, j int) bool { return HashID(order[i]) < HashID(order[j]) })
-	ds := make([]int64, len(order))
-	for i, c := range order {
+// allocateInOrder is Allocate over clients named in registration order,
+// which is how the engine breaks rounding ties too.
+func allocateInOrder(capacity int64, reservation float64, names []string, demand map[string]int64) map[string]int64 {
+	ds := make([]int64, len(names))
+	for i, c := range names {
 		ds[i] = demand[c]
 	}
 	out := map[string]int64{}
 	for i, s := range Allocate(capacity, reservation, ds) {
-		out[order[i]] = s
+		out[names[i]] = s
 	}
 	return out
 }
@@ -149,7 +146,7 @@ func TestPartialFirstWindowIsScaled(t *testing.T) {
 	send(l, t0.Add(time.Millisecond), "A", 3)
 	send(l, t0.Add(7500*time.Millisecond), "E", 3) // 3 in 2.5 s: 12 per 10 s
 	l.TickAt(t0.Add(10 * time.Second))
-	want := allocateByHash(40, cfg.Reservation, []string{"A", "B", "C", "D", "E"}, map[string]int64{"A": 3, "E": 12})
+	want := allocateInOrder(40, cfg.Reservation, []string{"A", "B", "C", "D", "E"}, map[string]int64{"A": 3, "E": 12})
 	for c, share := range want {
 		if got := shareOf(l, c); got != share {
 			t.Fatalf("client %s share %d, want %d (all %v)", c, got, share, want)

@@ -37,7 +37,7 @@ func isNew(e *entry, p *plan) bool { return e.created+1 >= p.roll }
 
 // demandOf is the full-window demand e's share in p's window is computed
 // from: the demand of the previous window, scaled up when the client
-// arrived during it (at least MinCycle of elapsed time). Once the entry's
+// arrived during it (by cycle/elapsed, with elapsed at least MinCycle). Once the entry's
 // counters moved to p's window, the value frozen then (prev) is used.
 func demandOf(e *entry, p *plan, cfg *Config) float64 {
 	switch e.window {
@@ -45,7 +45,11 @@ func demandOf(e *entry, p *plan, cfg *Config) float64 {
 		return e.prev
 	case p.window - 1:
 		d := float64(e.demand)
-		if start := windowStart(e.window, cfg); e.since > start {
+		// An arrival in the first 1/1024 of the window counts as a whole
+		// window: RegisterAt spaces the clients it declares a nanosecond
+		// apart (their registration order breaks rounding ties), and that
+		// must not scale their demand.
+		if start := windowStart(e.window, cfg); e.since-start >= int64(cfg.Cycle)/1024 {
 			elapsed := max(windowEnd(e.window, cfg)-e.since, int64(cfg.MinCycle))
 			d *= float64(cfg.Cycle) / float64(elapsed)
 		}
@@ -61,22 +65,37 @@ func fullShare(pol compactPolicy, p *plan, e *entry, cfg *Config) int64 {
 	if isNew(e, p) {
 		d = p.params[0] // the default share, C/N, for every policy
 	}
-	return roundCap(pol.capOf(&p.params, d), e.hash, p)
+	return roundCap(pol.capOf(&p.params, d), e.since, e.hash, p)
 }
 
-func roundCap(c float64, hash uint64, p *plan) int64 {
+func roundCap(c float64, since int64, hash uint64, p *plan) int64 {
 	c = math.Max(0, sanitize(c))
 	f := math.Floor(c)
-	if roundsUp(c-f, hash, p.thrFrac, p.thrHash) {
+	if roundsUp(c-f, since, hash, p) {
 		f++
 	}
 	return int64(math.Min(f, float64(p.capacity)))
 }
 
-// roundsUp orders (fraction, hash) pairs "larger fraction first, then lower
-// hash" and reports whether the pair is at or before the threshold.
-func roundsUp(frac float64, hash uint64, thrFrac float64, thrHash uint64) bool {
-	return frac > thrFrac || (frac == thrFrac && hash <= thrHash)
+// roundsUp reports whether a client's cap rounds up under p's largest
+// remainder threshold. Clients are ordered "larger fraction first, then
+// earlier arrival (registration order), then lower hash", and the first
+// capacity − Σfloor of them round up: the threshold is the last of those.
+func roundsUp(frac float64, since int64, hash uint64, p *plan) bool {
+	return before(frac, since, hash, p.thrFrac, p.thrSince, p.thrHash) ||
+		(frac == p.thrFrac && since == p.thrSince && hash == p.thrHash)
+}
+
+// before is the rounding order: larger fraction, then earlier arrival,
+// then lower hash.
+func before(fa float64, sa int64, ha uint64, fb float64, sb int64, hb uint64) bool {
+	if fa != fb {
+		return fa > fb
+	}
+	if sa != sb {
+		return sa < sb
+	}
+	return ha < hb
 }
 
 // allowance is what a client with the given full-window share, having been
@@ -109,6 +128,7 @@ func rebase(e *entry, p *plan, pol compactPolicy, cfg *Config) {
 // planScratch holds a (re-)plan's per-client inputs, reused across plans.
 type planScratch struct {
 	hashes  []uint64
+	since   []int64
 	demands []float64
 	isNew   []bool
 	granted []int64
@@ -117,16 +137,17 @@ type planScratch struct {
 }
 
 func (s *planScratch) reset() {
-	s.hashes, s.demands, s.isNew, s.granted = s.hashes[:0], s.demands[:0], s.isNew[:0], s.granted[:0]
+	s.truncate(0)
 }
 
 func (s *planScratch) truncate(n int) {
-	s.hashes, s.demands, s.isNew, s.granted = s.hashes[:n], s.demands[:n], s.isNew[:n], s.granted[:n]
+	s.hashes, s.since, s.demands, s.isNew, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.granted[:n]
 }
 
 // add records one client counted in the plan being computed.
 func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 	s.hashes = append(s.hashes, e.hash)
+	s.since = append(s.since, e.since)
 	s.demands = append(s.demands, demandOf(e, next, cfg))
 	s.isNew = append(s.isNew, isNew(e, next))
 	g := int64(0)
@@ -142,7 +163,7 @@ func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left int64) {
 	n := len(s.hashes)
 	next.capacity, next.n = capacity, uint32(n)
-	next.thrFrac, next.thrHash, next.scale = 2, 0, 1
+	next.thrFrac, next.thrSince, next.thrHash, next.scale = 2, 0, 0, 1
 	if n == 0 {
 		next.params = pol.params(capacity, nil)
 		return
@@ -167,17 +188,17 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	case up <= 0:
 		// nobody rounds up (thrFrac 2 is above every fraction)
 	case up >= int64(n):
-		next.thrFrac, next.thrHash = -1, math.MaxUint64
+		next.thrFrac, next.thrSince, next.thrHash = -1, math.MaxInt64, math.MaxUint64
 	default:
 		i := s.selectNth(int(up) - 1)
-		next.thrFrac, next.thrHash = s.fracs[i], s.hashes[i]
+		next.thrFrac, next.thrSince, next.thrHash = s.fracs[i], s.since[i], s.hashes[i]
 	}
 	var want int64
 	for i, d := range s.demands {
 		// d now holds the cap's floor (see above); roundCap's arithmetic on
 		// the same cap gives the same integer.
 		f := d
-		if roundsUp(s.fracs[i], s.hashes[i], next.thrFrac, next.thrHash) {
+		if roundsUp(s.fracs[i], s.since[i], s.hashes[i], next) {
 			f++
 		}
 		full := int64(math.Min(f, float64(capacity)))
@@ -188,9 +209,8 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	}
 }
 
-// selectNth returns the index of the k-th (0-based) client in the order
-// "larger fraction first, then lower hash": the threshold of largest
-// remainder. Quickselect, O(n) expected; it falls back to sorting the
+// selectNth returns the index of the k-th (0-based) client in the
+// rounding order (see before): the threshold of largest remainder. Quickselect, O(n) expected; it falls back to sorting the
 // range left when partitions go badly.
 func (s *planScratch) selectNth(k int) int {
 	n := len(s.fracs)
@@ -200,8 +220,7 @@ func (s *planScratch) selectNth(k int) int {
 	}
 	o := s.order
 	before := func(a, b int) bool {
-		fa, fb := s.fracs[a], s.fracs[b]
-		return fa > fb || (fa == fb && s.hashes[a] < s.hashes[b])
+		return before(s.fracs[a], s.since[a], s.hashes[a], s.fracs[b], s.since[b], s.hashes[b])
 	}
 	lo, hi := 0, n-1
 	budget := 2 * (bitsLen(n) + 1)

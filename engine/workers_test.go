@@ -209,7 +209,7 @@ func checkStranding(t *testing.T, tl tally, w int) {
 
 func checkSharesMatchOneEngine(t *testing.T, tl tally, cfg Config, prevDemand map[string]int64) {
 	t.Helper()
-	want := allocateByHash(cfg.Capacity, cfg.Reservation, clientNames, prevDemand)
+	want := allocateInOrder(cfg.Capacity, cfg.Reservation, clientNames, prevDemand)
 	for k, limit := range tl.limit {
 		if limit != want[k.client] {
 			t.Fatalf("plan %d client %s share %d, one engine on the same demand gives %d (demand %v, want %v)",
