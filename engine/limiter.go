@@ -127,7 +127,7 @@ func (l *Limiter) TickAt(now time.Time) {
 		return
 	}
 	l.tickClients()
-	if step, _ := transition(&l.reg.view, &l.cfg, t, false); step == StepRoll || step == StepReplan {
+	if step, _ := transition(&l.reg.view, &l.cfg, t, false); step == stepRoll || step == stepReplan {
 		_, _ = l.reg.replan(t, false, l.flush)
 	}
 }
@@ -271,7 +271,7 @@ func (l *Limiter) refresh(t int64) error {
 // plan says a step is due.
 func (l *Limiter) current(t int64) error {
 	step, _ := transition(&l.reg.view, &l.cfg, t, false)
-	if step == StepStay {
+	if step == stepStay {
 		return nil
 	}
 	_, err := l.reg.replan(t, false, l.flush)
@@ -389,7 +389,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	}
 	if !found || registered(&e, &r.view) { // new, or returning after expiry
 		step, _ := transition(&r.view, &l.cfg, t, true)
-		if step == StepTableFull {
+		if step == stepTableFull {
 			return l.refuse(t, h)
 		}
 		if err := r.insert(h, t); err != nil {
@@ -408,7 +408,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	// Waiting for a plan: one is made now when allowed.
 	if step, err := r.replan(t, true, l.flush); err != nil {
 		return l.failure(t)
-	} else if step == StepStay {
+	} else if step == stepStay {
 		l.wait(h)
 		return l.pending(t)
 	}

@@ -291,13 +291,13 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 // Reading every bucket is the O(clients) part, at most once per MinCycle or
 // window. Publishing is one CAS on the plan key: of all workers that
 // compute a plan from the same one, exactly one wins, and the others adopt
-// its result. Returns the step taken (StepStay when none was needed).
-func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
+// its result. Returns the step taken (stepStay when none was needed).
+func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error) {
 	flushed := false
 	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
 		corrupt, err := r.read()
 		if err != nil {
-			return StepStay, err
+			return stepStay, err
 		}
 		cur := r.view
 		if corrupt {
@@ -306,40 +306,40 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 			cur = plan{id: r.view.id, roll: r.view.roll, window: windowIndex(t, r.cfg) - 2, n: 1}
 		}
 		step, k := transition(&cur, r.cfg, t, newcomer)
-		if step != StepRoll && step != StepReplan {
-			return StepStay, nil
+		if step != stepRoll && step != stepReplan {
+			return stepStay, nil
 		}
-		if step == StepRoll && !flushed && flush != nil {
+		if step == stepRoll && !flushed && flush != nil {
 			flush() // this worker's demand counts in the plan
 			flushed = true
 			if _, err := r.read(); err != nil {
-				return StepStay, err
+				return stepStay, err
 			}
 			if r.viewCAS != 0 && !corrupt && r.view.id != cur.id {
 				continue // someone planned meanwhile
 			}
 		}
-		next := plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == StepReplan}
-		if step == StepRoll {
+		next := plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan}
+		if step == stepRoll {
 			next.roll = next.id
 		}
-		freshRoll := step == StepRoll && !corrupt
+		freshRoll := step == stepRoll && !corrupt
 		capacity, left, bcas, bcorrupt, err := r.budgetLeft(&next, freshRoll)
 		if err != nil {
-			return StepStay, err
+			return stepStay, err
 		}
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
 			top, err := r.scan(&next, false)
 			if err != nil {
-				return StepStay, err
+				return stepStay, err
 			}
 			next.id = max(top, cur.id, r.budgetRoll) + planResetJump
 			next.roll = next.id
 		}
 		if _, err := r.scan(&next, !corrupt); err != nil {
-			return StepStay, err
+			return stepStay, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
 		r.buf = appendPlan(r.buf, &next)
@@ -350,7 +350,7 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 		}
 		if err != nil {
 			r.obs.StoreFailure("set plan", err)
-			return StepStay, err
+			return stepStay, err
 		}
 		registeredNow := r.countNew(&next)
 		r.adopt(next, 0)
@@ -367,7 +367,7 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (Step, error) {
 		return step, nil
 	}
 	r.obs.StoreFailure("plan", ErrRetriesExhausted)
-	return StepStay, ErrRetriesExhausted
+	return stepStay, ErrRetriesExhausted
 }
 
 // budgetLeft is the capacity the next plan splits and what is left of the

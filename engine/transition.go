@@ -2,28 +2,28 @@ package engine
 
 import "time"
 
-// Step is what a worker must do at a given time, given the plan it holds.
-type Step uint8
+// stepKind is what a worker must do at a given time, given the plan it holds.
+type stepKind uint8
 
 const (
-	// StepStay: the plan holds; decide from it.
-	StepStay Step = iota
-	// StepRoll: the plan's window is over (or the clock stepped back by
+	// stepStay: the plan holds; decide from it.
+	stepStay stepKind = iota
+	// stepRoll: the plan's window is over (or the clock stepped back by
 	// more than a window): plan the clock's window afresh.
-	StepRoll
-	// StepReplan: newcomers wait and MinCycle has passed since the last
+	stepRoll
+	// stepReplan: newcomers wait and MinCycle has passed since the last
 	// plan: re-plan the rest of the window with them counted in.
-	StepReplan
-	// StepPending: a newcomer waits for the next allowed re-plan.
-	StepPending
-	// StepTableFull: a newcomer finds MaxClients clients registered or
+	stepReplan
+	// stepPending: a newcomer waits for the next allowed re-plan.
+	stepPending
+	// stepTableFull: a newcomer finds MaxClients clients registered or
 	// waiting.
-	StepTableFull
+	stepTableFull
 )
 
 var stepNames = [...]string{"stay", "roll", "replan", "pending", "table_full"}
 
-func (s Step) String() string {
+func (s stepKind) String() string {
 	if int(s) < len(stepNames) {
 		return stepNames[s]
 	}
@@ -46,27 +46,27 @@ func (s Step) String() string {
 //   - Re-plans are at least MinCycle apart, so a flood of new ids costs at
 //     most one re-plan per MinCycle. With no client counted there is nobody
 //     to disturb, so the first client never waits.
-func transition(p *plan, cfg *Config, now int64, newcomer bool) (Step, int64) {
+func transition(p *plan, cfg *Config, now int64, newcomer bool) (stepKind, int64) {
 	k := windowIndex(now, cfg)
 	empty := p.id == 0 || p.n+p.pending == 0
 	if p.id == 0 || k > p.window || k < p.window-1 {
 		if empty && !newcomer {
-			return StepStay, p.window
+			return stepStay, p.window
 		}
-		return StepRoll, k
+		return stepRoll, k
 	}
 	if newcomer && int(p.n)+int(p.pending) >= cfg.MaxClients {
-		return StepTableFull, p.window
+		return stepTableFull, p.window
 	}
 	if newcomer || p.pending > 0 {
 		if replanAllowed(p, cfg, now) {
-			return StepReplan, p.window
+			return stepReplan, p.window
 		}
 		if newcomer {
-			return StepPending, p.window
+			return stepPending, p.window
 		}
 	}
-	return StepStay, p.window
+	return stepStay, p.window
 }
 
 // replanAllowed: MinCycle has passed since the last plan (or the clock went

@@ -25,27 +25,27 @@ func TestTransition(t *testing.T) {
 		p        plan
 		at       int64
 		newcomer bool
-		want     Step
+		want     stepKind
 		window   int64
 	}{
-		{"no plan, nobody", plan{}, ws, false, StepStay, 0},
-		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, true, StepRoll, k},
-		{"empty plan is never rolled", empty, ws + 50*sec, false, StepStay, k},
-		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, true, StepRoll, k + 5},
-		{"inside the window", running, ws + 9*sec, false, StepStay, k},
-		{"last nanosecond of the window", running, ws + 10*sec - 1, false, StepStay, k},
-		{"the deadline rolls", running, ws + 10*sec, false, StepRoll, k + 1},
-		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, false, StepRoll, k + 3},
-		{"a small step back stays in the plan's window", running, ws - 5*sec, false, StepStay, k},
-		{"a step back past a window plans the clock's window", running, ws - 15*sec, false, StepRoll, k - 2},
-		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), true, StepPending, k},
-		{"newcomer after MinCycle re-plans", running, ws + 3*sec, true, StepReplan, k},
-		{"newcomer at the deadline rolls", running, ws + 10*sec, true, StepRoll, k + 1},
-		{"newcomer finds the table full", full, ws + 3*sec, true, StepTableFull, k},
-		{"waiting newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, false, StepReplan, k},
-		{"waiting newcomers hold within MinCycle", withPending, ws + 2*sec + 1, false, StepStay, k},
-		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, true, StepReplan, k},
-		{"the clock went back past the plan: re-plan allowed", running, ws + sec, true, StepReplan, k},
+		{"no plan, nobody", plan{}, ws, false, stepStay, 0},
+		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, true, stepRoll, k},
+		{"empty plan is never rolled", empty, ws + 50*sec, false, stepStay, k},
+		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, true, stepRoll, k + 5},
+		{"inside the window", running, ws + 9*sec, false, stepStay, k},
+		{"last nanosecond of the window", running, ws + 10*sec - 1, false, stepStay, k},
+		{"the deadline rolls", running, ws + 10*sec, false, stepRoll, k + 1},
+		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, false, stepRoll, k + 3},
+		{"a small step back stays in the plan's window", running, ws - 5*sec, false, stepStay, k},
+		{"a step back past a window plans the clock's window", running, ws - 15*sec, false, stepRoll, k - 2},
+		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), true, stepPending, k},
+		{"newcomer after MinCycle re-plans", running, ws + 3*sec, true, stepReplan, k},
+		{"newcomer at the deadline rolls", running, ws + 10*sec, true, stepRoll, k + 1},
+		{"newcomer finds the table full", full, ws + 3*sec, true, stepTableFull, k},
+		{"waiting newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, false, stepReplan, k},
+		{"waiting newcomers hold within MinCycle", withPending, ws + 2*sec + 1, false, stepStay, k},
+		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, true, stepReplan, k},
+		{"the clock went back past the plan: re-plan allowed", running, ws + sec, true, stepReplan, k},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,11 +69,11 @@ func FuzzTransition(f *testing.F) {
 		now := (nowSec % (1 << 40)) * int64(time.Millisecond)
 		step, w := transition(&p, &cfg, now, newcomer)
 		switch step {
-		case StepRoll:
+		case stepRoll:
 			if w != windowIndex(now, &cfg) {
 				t.Fatalf("roll to window %d, clock's is %d", w, windowIndex(now, &cfg))
 			}
-		case StepPending, StepTableFull:
+		case stepPending, stepTableFull:
 			if !newcomer {
 				t.Fatalf("%s for a counted client", step)
 			}

@@ -42,7 +42,7 @@ func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
 		{`{"capacity": 10, "cycle": "10s", "reservation": 1.5}`, "reservation"},
 		{`{"capacity": 10, "cycle": "10s", "client_header": "x client"}`, "client_header"},
 		{`{"capacity": 10, "cycle": "10s", "mode": "shadow"}`, "mode"},
-		{`{"capacity": 10, "cycle": "10s", "max_clients": 70000}`, "max_clients"},
+		{`{"capacity": 10, "cycle": "10s", "max_clients": 100001}`, "max_clients"},
 		{`{"capacity": 10, "cycle": "10s", "idle_cycles": 0}`, "idle_cycles"},
 		{`{"capacity": 10, "cycle": "10s", "min_cycle": "11s"}`, "min_cycle"},
 		{`{"capacity": 10, "cycle": "10s", "failure_mode_deny": "yes"}`, "failure_mode_deny"},
