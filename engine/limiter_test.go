@@ -513,3 +513,46 @@ type resetCounter struct {
 }
 
 func (r *resetCounter) ValueReset(string, error) { r.n++ }
+
+// The worked example of docs/contract.md: capacity 40, four clients with
+// the shares 5/15/10/10 of the product description's second window, and a
+// fifth joining 4 s into it, when 20 units of the window are used.
+func TestContractWorkedExample(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	clients := []string{"A", "B", "C", "D"}
+	if err := l.RegisterAt(t0, clients...); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{2, 15, 10, 10} { // window 1's demand
+		send(l, t0.Add(time.Second), clients[i], n)
+	}
+	w2 := t0.Add(10 * time.Second)
+	l.TickAt(w2)
+	for i, want := range []int64{5, 15, 10, 10} {
+		if got := shareOf(l, clients[i]); got != want {
+			t.Fatalf("window 2: %s share %d, want %d", clients[i], got, want)
+		}
+	}
+	for i, n := range []int{2, 9, 5, 4} { // 20 of the 40 used by 4 s
+		if admitted, _ := send(l, w2.Add(time.Second), clients[i], n); admitted != n {
+			t.Fatalf("%s admitted %d of %d within its share", clients[i], admitted, n)
+		}
+	}
+	d := l.AdmitAt(w2.Add(4*time.Second), "E")
+	if !d.Allowed || d.Limit != 8 {
+		t.Fatalf("E: %+v, want admitted with a share of 8", d)
+	}
+	for i, want := range []int64{2, 12, 9, 9, 8} {
+		if c := append(clients, "E")[i]; shareOf(l, c) != want {
+			t.Fatalf("after the re-plan: %s share %d, want %d", c, shareOf(l, c), want)
+		}
+	}
+	total := 20 + 1
+	for _, c := range append(clients, "E") {
+		admitted, _ := send(l, w2.Add(5*time.Second), c, 20)
+		total += admitted
+	}
+	if total != 40 {
+		t.Fatalf("window 2 admitted %d, want exactly 40", total)
+	}
+}
