@@ -5,15 +5,17 @@ import (
 	"sort"
 )
 
-// A Policy turns the previous cycle's demand into the next cycle's integer
+// A Policy turns the previous window's demand into the next window's integer
 // shares. Implementations must be pure: the same inputs give the same shares,
 // the shares are never negative, and they sum to exactly capacity (whenever
 // there is at least one client).
 //
-// demands are real numbers because a cycle that ended early has its demand
-// scaled up to a full cycle, and a newcomer is counted as demanding the
-// default share C/N. dst is reused when it has room, so a rollover allocates
-// nothing in steady state.
+// demands are real numbers because a client that arrived during a window has
+// its demand scaled up to a full window, and a newcomer is counted as
+// demanding the default share C/N. dst is reused when it has room.
+//
+// The engine itself derives shares one client at a time (see compactPolicy),
+// so Config.Policy must be one of the policies below.
 type Policy interface {
 	Name() string
 	Allocate(dst []int64, capacity int64, demands []float64) []int64
@@ -24,7 +26,7 @@ type Policy interface {
 // wanted more borrow it in proportion to their deficit.
 type Seed struct {
 	// Reservation is the fraction of the default share a client keeps even
-	// when it was idle, so that it can start again without waiting a cycle.
+	// when it was idle, so that it can start again without waiting a window.
 	Reservation float64
 }
 
