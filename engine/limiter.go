@@ -189,11 +189,11 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 		}
 		// Arrivals a nanosecond apart keep the declared order: it breaks
 		// rounding ties, like registration order does.
-		if err := l.reg.insert(h, t+int64(i)); err != nil {
-			return err
+		if err := l.reg.insert(h, t+int64(i)); err != nil && !errors.Is(err, errFull) {
+			return err // a client that finds the table full learns it at its next request
 		}
 	}
-	_, err := l.reg.replan(t, true, l.flush)
+	_, err := l.reg.replan(t, l.reg.view.id == 0, l.flush)
 	return err
 }
 
@@ -405,8 +405,10 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 			return l.failure(t)
 		}
 	}
-	// Waiting for a plan: one is made now when allowed.
-	if step, err := r.replan(t, true, l.flush); err != nil {
+	// Waiting for a plan, and counted in the plan's pending: one is made now
+	// when allowed. (Before the first plan there is no count to read: the
+	// caller is the newcomer that makes it.)
+	if step, err := r.replan(t, r.view.id == 0, l.flush); err != nil {
 		return l.failure(t)
 	} else if step == stepStay {
 		l.wait(h)

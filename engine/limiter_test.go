@@ -556,3 +556,21 @@ func TestContractWorkedExample(t *testing.T) {
 		t.Fatalf("window 2 admitted %d, want exactly 40", total)
 	}
 }
+
+// A newcomer waiting in the last place of the table is registered by its
+// own request once MinCycle has passed, without waiting for a tick.
+func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxClients = 2
+	l := newLimiter(t, cfg, NewMemStore())
+	send(l, t0, "a", 1)
+	if d := l.AdmitAt(t0.Add(100*time.Millisecond), "b"); d.Reason != ReasonPending {
+		t.Fatalf("b: %+v, want pending", d)
+	}
+	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "c"); d.Reason != ReasonTableFull {
+		t.Fatalf("c: %+v, want table_full", d)
+	}
+	if d := l.AdmitAt(t0.Add(1100*time.Millisecond), "b"); !d.Allowed {
+		t.Fatalf("b after MinCycle: %+v, want admitted", d)
+	}
+}
