@@ -18,7 +18,7 @@ const (
 	budgetVersion = 1
 	bucketVersion = 1
 
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8
 	budgetLen   = 1 + 8*4
 	bucketHead  = 1 + 1 + 1
 	entryLen    = 8 * 10
@@ -40,7 +40,9 @@ const maxBuckets = 1 << 20
 type plan struct {
 	id       uint64 // strictly increasing, never reused: the share period
 	roll     uint64 // id of the plan that opened this window
-	window   int64  // aligned window index
+	window   int64  // aligned window index, in units of cycle
+	cycle    int64  // window length and offset of the config that planned it:
+	offset   int64  // the window ends when that config says, whoever reads it
 	at       int64  // when it was published (Unix ns)
 	capacity int64  // capacity the shares were computed for
 	n        uint32 // clients counted in the plan
@@ -82,7 +84,8 @@ func appendPlan(dst []byte, p *plan) []byte {
 	}
 	dst = le.AppendUint64(dst, math.Float64bits(p.scale))
 	dst = le.AppendUint64(dst, uint64(p.thrSince))
-	dst = le.AppendUint64(dst, 0) // reserved
+	dst = le.AppendUint64(dst, uint64(p.cycle))
+	dst = le.AppendUint64(dst, uint64(p.offset))
 	return dst
 }
 
@@ -110,6 +113,8 @@ func decodePlan(b []byte, p *plan) error {
 	}
 	q.scale = math.Float64frombits(le.Uint64(b[off:]))
 	q.thrSince = int64(le.Uint64(b[off+8:]))
+	q.cycle = int64(le.Uint64(b[off+16:]))
+	q.offset = int64(le.Uint64(b[off+24:]))
 	switch {
 	case q.id == 0 || q.id >= maxPlanID || q.roll == 0 || q.roll > q.id:
 		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)
@@ -121,7 +126,9 @@ func decodePlan(b []byte, p *plan) error {
 		return fmt.Errorf("%w: plan buckets %d", errCorrupt, q.buckets)
 	case !(q.scale >= 0 && q.scale <= 1) || !(q.thrFrac >= -1 && q.thrFrac <= 2):
 		return fmt.Errorf("%w: plan scale %v, threshold %v", errCorrupt, q.scale, q.thrFrac)
-	case q.window < minWindow || q.window > maxWindow:
+	case q.cycle <= 0 || q.cycle > int64(MaxCycle) || q.offset < 0 || q.offset >= q.cycle:
+		return fmt.Errorf("%w: plan cycle %d, offset %d", errCorrupt, q.cycle, q.offset)
+	case q.window < minWindow || q.window > maxWindow || q.window > math.MaxInt64/q.cycle-2 || q.window < math.MinInt64/q.cycle+2:
 		return fmt.Errorf("%w: plan window %d", errCorrupt, q.window)
 	}
 	for _, f := range q.params {

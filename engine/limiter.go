@@ -217,11 +217,12 @@ func HashID(client string) uint64 { return clientHash(client) }
 // request path.
 func (l *Limiter) Snapshot() Snapshot {
 	p := &l.reg.view
+	start, end := planWindow(p, &l.cfg)
 	s := Snapshot{
 		Cycle:    p.id,
 		Window:   p.window,
-		Start:    time.Unix(0, windowStart(p.window, &l.cfg)),
-		Deadline: time.Unix(0, windowEnd(p.window, &l.cfg)),
+		Start:    time.Unix(0, start),
+		Deadline: time.Unix(0, end),
 		Early:    p.replan,
 		Clients:  map[uint64]int64{},
 		Pending:  int(p.pending),

@@ -319,7 +319,11 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error
 				continue // someone planned meanwhile
 			}
 		}
-		next := plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan}
+		next := plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan,
+			cycle: int64(r.cfg.Cycle), offset: int64(r.cfg.WindowOffset)}
+		if step == stepReplan {
+			next.cycle, next.offset = cur.cycle, cur.offset // the running window keeps its bounds
+		}
 		if step == stepRoll {
 			next.roll = next.id
 		}

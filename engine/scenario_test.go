@@ -359,3 +359,41 @@ func (s *byteStore) Get(k string) ([]byte, uint32, error) {
 	s.read.Add(int64(len(v)))
 	return v, c, err
 }
+
+// A reconfiguration that changes the cycle: old and new configs serve side
+// by side on the same keys. Each honours the window the other planned until
+// it ends, so they do not re-plan on every request, and every admission
+// still fits the window of the plan it was made under.
+func TestConfigsWithDifferentCyclesHonourEachOthersWindows(t *testing.T) {
+	store := NewMemStore()
+	long, short := testConfig(), testConfig()
+	short.Cycle, short.MinCycle = time.Second, 100*time.Millisecond
+	obs := &countingObserver{}
+	la := newLimiter(t, long, store)
+	lb, err := New(short, store, WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.RegisterAt(t0, "x", "y"); err != nil {
+		t.Fatal(err)
+	}
+	perPlan := map[uint64]int64{}
+	for i := 0; i < 2000; i++ { // 20 s, alternating configs
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		l := la
+		if i%2 == 1 {
+			l = lb
+		}
+		if d := l.AdmitAt(at, []string{"x", "y"}[i%4/2]); d.Allowed && d.Reason == ReasonOK {
+			perPlan[d.Cycle]++
+		}
+	}
+	if obs.rollovers > 40 {
+		t.Fatalf("the short-cycle config planned %d times in 20 s of overlap, want about one per window", obs.rollovers)
+	}
+	for id, n := range perPlan {
+		if n > long.Capacity {
+			t.Fatalf("plan %d admitted %d > capacity %d", id, n, long.Capacity)
+		}
+	}
+}

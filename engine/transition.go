@@ -36,11 +36,14 @@ func (s stepKind) String() string {
 // step and the window the next plan is for (the running one for a re-plan).
 //
 //   - Windows are aligned (WindowAt), so every worker agrees on when a
-//     window ends without talking to anyone. A time up to one window before
-//     the plan's is read as the plan's window: workers read the clock at
-//     slightly different moments, and a late read must neither go back to
-//     a finished window nor start one. Further back is a clock step: the
-//     clock's window is planned afresh, under a new plan id.
+//     window ends without talking to anyone. The running window ends when
+//     the config that planned it says: during a reconfiguration that
+//     changes the cycle, old and new configs honour each other's windows
+//     instead of re-planning on every request. A time up to one window
+//     before the plan's is read as the plan's window: workers read the
+//     clock at slightly different moments, and a late read must neither go
+//     back to a finished window nor start one. Further back is a clock
+//     step: the clock's window is planned afresh, under a new plan id.
 //   - An empty plan (no client counted or waiting) is never rolled: there
 //     is nothing to share until a newcomer arrives.
 //   - Re-plans are at least MinCycle apart, so a flood of new ids costs at
@@ -49,7 +52,8 @@ func (s stepKind) String() string {
 func transition(p *plan, cfg *Config, now int64, newcomer bool) (stepKind, int64) {
 	k := windowIndex(now, cfg)
 	empty := p.id == 0 || p.n+p.pending == 0
-	if p.id == 0 || k > p.window || k < p.window-1 {
+	start, end := planWindow(p, cfg)
+	if p.id == 0 || now >= end || now < start-(end-start) {
 		if empty && !newcomer {
 			return stepStay, p.window
 		}
@@ -84,7 +88,18 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 
 // untilWindowEnd is the time left in the plan's window.
 func untilWindowEnd(p *plan, cfg *Config, now int64) time.Duration {
-	return clampDuration(windowEnd(p.window, cfg) - now)
+	_, end := planWindow(p, cfg)
+	return clampDuration(end - now)
+}
+
+// planWindow is the span of the plan's window, as the config that planned
+// it defines windows (cfg's, for a plan of none).
+func planWindow(p *plan, cfg *Config) (start, end int64) {
+	if p.cycle <= 0 {
+		return windowStart(p.window, cfg), windowEnd(p.window, cfg)
+	}
+	start = p.window*p.cycle + p.offset
+	return start, start + p.cycle
 }
 
 func windowIndex(now int64, cfg *Config) int64 {
