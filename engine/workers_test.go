@@ -221,7 +221,7 @@ func checkSharesMatchOneEngine(t *testing.T, tl tally, cfg Config, prevDemand ma
 // With CAS mismatches, store errors and corrupted reads injected, the cap
 // still holds in every cycle (failures deny, so only leased units admit).
 func TestWorkersKeepTheCapUnderFaults(t *testing.T) {
-	for _, w := range []int{2, 4, 8} {
+	for _, w := range []int{1, 2, 4, 8} {
 		t.Run(fmt.Sprintf("W=%d", w), func(t *testing.T) {
 			cfg := Defaults(600, 10*time.Second)
 			cfg.FailureModeDeny = true
