@@ -139,6 +139,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 			e.granted -= ret
 		}
 		var take int64
+		budgetShort := false // the share has room but the window does not
 		if need > 0 {
 			want := leaseSize(e.share-e.granted, need, cs.flushed+cs.unflushed)
 			if want > inHand {
@@ -150,6 +151,8 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 			}
 			if inHand >= need {
 				take = min(want, inHand)
+			} else {
+				budgetShort = want > 0
 			}
 			e.granted += take
 		}
@@ -173,7 +176,9 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		cs.lease += take - ret
 		cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
 		cs.fresh = isNew(&e, p)
-		cs.exhausted = e.granted >= e.share || (need > 0 && take == 0)
+		// A request costing more than is left is refused without making
+		// the client exhausted: a cheaper one may still fit.
+		cs.exhausted = e.granted >= e.share || budgetShort
 		return syncOK
 	}
 	r.obs.StoreFailure("sync client", ErrRetriesExhausted)

@@ -218,8 +218,9 @@ func checkSharesMatchOneEngine(t *testing.T, tl tally, cfg Config, prevDemand ma
 	}
 }
 
-// With CAS mismatches, store errors and corrupted reads injected, the cap
-// still holds in every cycle (failures deny, so only leased units admit).
+// With CAS mismatches, store errors and garbage writes injected, both
+// invariants hold in every window and share period (failures deny, so only
+// leased units admit), and the limit still admits.
 func TestWorkersKeepTheCapUnderFaults(t *testing.T) {
 	for _, w := range []int{1, 2, 4, 8} {
 		t.Run(fmt.Sprintf("W=%d", w), func(t *testing.T) {
