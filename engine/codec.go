@@ -116,6 +116,8 @@ func decodePlan(b []byte, p *plan) error {
 	q.cycle = int64(le.Uint64(b[off+16:]))
 	q.offset = int64(le.Uint64(b[off+24:]))
 	switch {
+	case b[69]&^1 != 0:
+		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
 	case q.id == 0 || q.id >= maxPlanID || q.roll == 0 || q.roll > q.id:
 		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)
 	case q.capacity < 1 || q.capacity > MaxCapacity:
