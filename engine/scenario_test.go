@@ -25,6 +25,7 @@ type scenario struct {
 	cfg      Config
 	workers  int
 	store    Store
+	faults   *Faults // each worker sees the store through its own FaultyStore
 	register []string // known at t0 (RegisterAt)
 	reqs     []request
 }
@@ -40,7 +41,16 @@ func (sc *scenario) run(t *testing.T) scenarioResult {
 	if sc.store == nil {
 		sc.store = NewMemStore()
 	}
-	ws := newWorkers(t, sc.workers, sc.cfg, func() Store { return sc.store })
+	seed := uint64(0)
+	ws := newWorkers(t, sc.workers, sc.cfg, func() Store {
+		if sc.faults == nil {
+			return sc.store
+		}
+		f := *sc.faults
+		seed++
+		f.Seed = seed
+		return NewFaultyStore(sc.store, f)
+	})
 	if len(sc.register) > 0 {
 		if err := ws[0].RegisterAt(t0, sc.register...); err != nil {
 			t.Fatal(err)
@@ -75,13 +85,19 @@ func steady(reqs []request, client string, from time.Time, span time.Duration, n
 }
 
 // A newcomer every MinCycle, on top of heavy clients: the window never
-// admits more than its capacity, and newcomers are served.
+// admits more than its capacity, and newcomers are served; with store
+// faults injected too.
 func TestNewcomerStreamKeepsEveryWindowWithinCapacity(t *testing.T) {
-	for _, w := range []int{1, 2, 4, 8} {
-		t.Run(fmt.Sprintf("W=%d", w), func(t *testing.T) {
+	for _, tc := range []struct {
+		w      int
+		faults *Faults
+	}{{1, nil}, {2, nil}, {4, nil}, {8, nil}, {4, &Faults{Mismatch: 0.05, Error: 0.01, Corrupt: 0.002}}} {
+		w := tc.w
+		t.Run(fmt.Sprintf("W=%d/faults=%t", w, tc.faults != nil), func(t *testing.T) {
 			cfg := Defaults(300, time.Second)
 			cfg.MinCycle = 100 * time.Millisecond
-			sc := scenario{cfg: cfg, workers: w}
+			cfg.FailureModeDeny = tc.faults != nil
+			sc := scenario{cfg: cfg, workers: w, faults: tc.faults}
 			for _, c := range []string{"heavy-1", "heavy-2", "heavy-3"} {
 				sc.reqs = steady(sc.reqs, c, t0, 10*time.Second, 4000)
 			}
