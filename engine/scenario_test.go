@@ -25,7 +25,7 @@ type scenario struct {
 	cfg      Config
 	workers  int
 	store    Store
-	faults   *Faults // each worker sees the store through its own FaultyStore
+	faults   *Faults  // each worker sees the store through its own FaultyStore
 	register []string // known at t0 (RegisterAt)
 	reqs     []request
 }
