@@ -14,7 +14,7 @@ import (
 
 // writeThroughLimit: below this many attempts of one client in one cycle
 // on one worker, the engine writes each attempt to shared data as it counts
-// it (engine/protocol.go: flushDue with flushDivisor 16).
+// it (engine/limiter.go: flushDue with flushDivisor 16).
 const writeThroughLimit = 32
 
 // phase is a stretch of the borrowing test with fixed request rates.
@@ -147,6 +147,12 @@ func testBorrowing(t *testing.T, workers int) {
 		// The first cycle of the load may have begun before it; its
 		// predecessor's demand is partly registration traffic.
 		if cyc <= first || prev == nil || cur == nil || next == nil {
+			continue
+		}
+		// Windows are aligned to the clock, not to the load: the load may
+		// end early in the last one, before every client sent in it.
+		if slices.Contains(next.share, -1) {
+			t.Logf("cycle %d: not every client sent in the next one (%v); not checked", cyc, next.share)
 			continue
 		}
 		// Past 32 attempts on one worker the engine writes demand back in

@@ -5,15 +5,17 @@ import (
 	"sort"
 )
 
-// A Policy turns the previous cycle's demand into the next cycle's integer
+// A Policy turns the previous window's demand into the next window's integer
 // shares. Implementations must be pure: the same inputs give the same shares,
 // the shares are never negative, and they sum to exactly capacity (whenever
 // there is at least one client).
 //
-// demands are real numbers because a cycle that ended early has its demand
-// scaled up to a full cycle, and a newcomer is counted as demanding the
-// default share C/N. dst is reused when it has room, so a rollover allocates
-// nothing in steady state.
+// demands are real numbers because a client that arrived during a window has
+// its demand scaled up to a full window, and a newcomer is counted as
+// demanding the default share C/N. dst is reused when it has room.
+//
+// The engine itself derives shares one client at a time (see compactPolicy),
+// so Config.Policy must be one of the policies below.
 type Policy interface {
 	Name() string
 	Allocate(dst []int64, capacity int64, demands []float64) []int64
@@ -24,7 +26,7 @@ type Policy interface {
 // wanted more borrow it in proportion to their deficit.
 type Seed struct {
 	// Reservation is the fraction of the default share a client keeps even
-	// when it was idle, so that it can start again without waiting a cycle.
+	// when it was idle, so that it can start again without waiting a window.
 	Reservation float64
 }
 
@@ -38,10 +40,22 @@ func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 	if n == 0 || capacity <= 0 {
 		return dst
 	}
-	def := float64(capacity) / float64(n)
-	floor := def * clamp01(p.Reservation)
+	params := p.params(capacity, demands)
+	caps := scratchFloats(n)
+	for i, d := range demands {
+		caps[i] = p.capOf(&params, d)
+	}
+	return largestRemainder(dst, capacity, caps)
+}
 
-	// First pass: totals of the gaps g = D - max(d, floor).
+// params computes the seed's compact parameters over every client's demand:
+// the default share D, the reservation floor, and the three totals. With
+// them, capOf gives any one client's real-valued cap from its own demand
+// alone, which is what lets a worker derive one client's share without
+// reading the others (see plan.go).
+func (p Seed) params(capacity int64, demands []float64) policyParams {
+	def := float64(capacity) / float64(max(len(demands), 1))
+	floor := def * clamp01(p.Reservation)
 	var deficit, surplus float64
 	for _, d := range demands {
 		g := def - math.Max(sanitize(d), floor)
@@ -51,25 +65,24 @@ func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 			surplus += g
 		}
 	}
-	remaining := math.Max(0, surplus-deficit)
+	return policyParams{def, floor, deficit, surplus, math.Max(0, surplus-deficit)}
+}
 
-	// Second pass: real-valued caps, written into a scratch slice of the same
-	// length that largestRemainder consumes.
-	caps := scratchFloats(n)
-	for i, d := range demands {
-		r := math.Max(sanitize(d), floor)
-		g := def - r
-		switch {
-		case g <= 0 && deficit > 0:
-			need := -g
-			caps[i] = def + math.Min(need, need/deficit*surplus)
-		case g <= 0:
-			caps[i] = def
-		default:
-			caps[i] = r + g/surplus*remaining
-		}
+// capOf is one client's real-valued cap: D plus a loan in proportion to its
+// deficit for a client that wanted more than D, and its reserved demand
+// plus a part of what is left over for one that wanted less.
+func (Seed) capOf(pp *policyParams, demand float64) float64 {
+	def, floor, deficit, surplus, remaining := pp[0], pp[1], pp[2], pp[3], pp[4]
+	r := math.Max(sanitize(demand), floor)
+	g := def - r
+	switch {
+	case g <= 0 && deficit > 0:
+		need := -g
+		return def + math.Min(need, need/deficit*surplus)
+	case g <= 0:
+		return def
 	}
-	return largestRemainder(dst, capacity, caps)
+	return r + g/surplus*remaining
 }
 
 // Static splits capacity equally whatever the demand: the baseline that the
@@ -80,17 +93,39 @@ type Static struct{}
 func (Static) Name() string { return "static" }
 
 // Allocate implements Policy.
-func (Static) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+func (p Static) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 	n := len(demands)
 	dst = resize(dst, n)
 	if n == 0 || capacity <= 0 {
 		return dst
 	}
+	params := p.params(capacity, demands)
 	caps := scratchFloats(n)
 	for i := range caps {
-		caps[i] = float64(capacity) / float64(n)
+		caps[i] = p.capOf(&params, demands[i])
 	}
 	return largestRemainder(dst, capacity, caps)
+}
+
+func (Static) params(capacity int64, demands []float64) policyParams {
+	return policyParams{float64(capacity) / float64(max(len(demands), 1))}
+}
+
+func (Static) capOf(pp *policyParams, _ float64) float64 { return pp[0] }
+
+// policyParams are a policy's compact parameters: a few numbers computed
+// over every client at a (re-)plan, from which capOf derives any one
+// client's cap. They travel in the plan key, so their size is fixed.
+type policyParams [5]float64
+
+// compactPolicy is a Policy whose shares can be derived one client at a
+// time. The engine needs it: a worker computes a client's share lazily,
+// from the plan's parameters and that client's own demand. Seed and Static
+// implement it.
+type compactPolicy interface {
+	Policy
+	params(capacity int64, demands []float64) policyParams
+	capOf(p *policyParams, demand float64) float64
 }
 
 // Allocate applies the seed policy to integer demands. It is the formula of

@@ -144,24 +144,39 @@ func BenchmarkWorkers(b *testing.B) {
 	}
 }
 
-// BenchmarkRollover is the pure computation of the next cycle.
+// BenchmarkRollover is the cost of planning a new window with n clients
+// counted: reading every bucket, computing the policy's parameters and the
+// rounding threshold, and publishing the plan. It runs once per window (or
+// MinCycle, for a re-plan) on one worker.
 func BenchmarkRollover(b *testing.B) {
-	for _, n := range []int{10, 1000, 10000} {
+	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			cfg := benchConfig(n)
-			cfg.Capacity = 100000
-			cur := header{fingerprint: cfg.fingerprint(), cycle: 5, start: 0, deadline: int64(cfg.Cycle)}
-			demand := make([]int64, n)
-			for i := range demand {
-				cur.clients = append(cur.clients, clientEntry{hash: uint64(i + 1), share: int64(100000 / n)})
-				demand[i] = int64(i % 300)
+			cfg := Defaults(1_000_000, time.Second)
+			cfg.MaxClients = n
+			cfg.IdleCycles = MaxIdleCycles // idle but counted: every plan reads them all
+			store := NewMemStore()
+			l, err := New(cfg, store)
+			if err != nil {
+				b.Fatal(err)
 			}
-			var sc rollScratch
-			fp := cfg.fingerprint()
+			if err := l.RegisterAt(t0, clientIDs(n)...); err != nil {
+				b.Fatal(err)
+			}
+			if got := l.ActiveClients(); got != n {
+				b.Fatalf("%d clients counted, want %d", got, n)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU()
 			for i := 0; i < b.N; i++ {
-				nextCycle(&cur, demand, nil, int64(cfg.Cycle), &cfg, fp, &sc)
+				id := l.reg.view.id
+				l.TickAt(t0.Add(time.Duration(i+1) * cfg.Cycle))
+				if l.reg.view.id != id+1 {
+					b.Fatalf("tick %d made no plan", i)
+				}
+			}
+			if used := processCPU() - cpu; used > 0 { // 0 where the platform cannot tell (wasip1)
+				b.ReportMetric(float64(used)/float64(b.N)/1e6, "cpu-ms/op")
 			}
 		})
 	}

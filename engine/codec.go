@@ -4,157 +4,275 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Shared values are compact, versioned, fixed-layout little-endian records:
-// decoding is a bounds check and a few loads, with no JSON and no reflection.
-// A value that fails to decode is reset by the reader (CAS-guarded, logged
-// through the Observer), so corruption costs at most that key's counts.
+// decoding is a bounds check and a few loads, with no JSON and no
+// reflection. A value that decodes but cannot be right (a negative count, a
+// plan id near wrap-around, a NaN parameter) is rejected like a truncated
+// one: nothing read from the store is trusted before it passed its decoder.
 
 const (
-	headerVersion = 2 // 2: idle time in 1/1024 cycle, uint32
-	slotVersion   = 1
+	planVersion   = 1
+	budgetVersion = 1
+	bucketVersion = 1
 
-	headerFixedLen = 1 + 8 + 8 + 8 + 8 + 1 + 2 + 2
-	clientEntryLen = 8 + 8 + 4
-	pendingLen     = 8
-	slotLen        = 1 + 8 + 8 + 8 + 8
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8
+	budgetLen   = 1 + 8*4
+	bucketHead  = 1 + 1 + 1
+	entryLen    = 8 * 10
+	bucketSlots = 48 // entries per bucket key
 )
 
 var errCorrupt = errors.New("corrupt value")
 
-// maxCycleID bounds cycle ids far below wrap-around, even after header
-// resets (each adds resetCycleJump).
-const maxCycleID = 1 << 62
+// maxPlanID bounds plan ids far below wrap-around, even after plan resets
+// (each adds planResetJump).
+const maxPlanID = 1 << 62
 
-// header is the cycle state shared by every worker: which cycle is running,
-// when it ends, the registered clients with their shares, and newcomers
-// waiting for an early rollover. Clients sit at fixed slot positions (hash 0
-// marks a free slot) because a slot's index also names its counter key.
-type header struct {
-	fingerprint uint64
-	cycle       uint64
-	start       int64 // Unix nanoseconds
-	deadline    int64
-	early       bool // the cycle began with an early rollover
-	clients     []clientEntry
-	pending     []uint64
+// maxBuckets bounds the bucket count a plan may name.
+const maxBuckets = 1 << 20
+
+// plan is the small record every worker reads to know the running window
+// and how to derive any client's share in it. Its size does not depend on
+// the number of clients.
+type plan struct {
+	id       uint64 // strictly increasing, never reused: the share period
+	roll     uint64 // id of the plan that opened this window
+	window   int64  // aligned window index, in units of cycle
+	cycle    int64  // window length and offset of the config that planned it:
+	offset   int64  // the window ends when that config says, whoever reads it
+	at       int64  // when it was published (Unix ns)
+	capacity int64  // capacity the shares were computed for
+	n        uint32 // clients counted in the plan
+	pending  uint32 // newcomers waiting for the next plan
+	buckets  uint32 // registry size the plan was computed over
+	replan   bool   // published mid-window, for newcomers
+	params   policyParams
+	// Largest remainder as a threshold: a client's cap rounds up when
+	// (fractional part, arrival, hash) is at or before (thrFrac, thrSince,
+	// thrHash) in the rounding order (see roundsUp).
+	thrFrac  float64
+	thrSince int64
+	thrHash  uint64
+	// scale turns what each client still wants of its full-window share
+	// into what it may take of the window's remaining budget (≤ 1).
+	scale float64
 }
 
-type clientEntry struct {
-	hash  uint64
-	share int64
-	idle  uint32 // time without demand, in 1/idleUnits of a cycle
-}
-
-func (h *header) slotOf(hash uint64) int {
-	for i, c := range h.clients {
-		if c.hash == hash {
-			return i
-		}
-	}
-	return -1
-}
-
-func appendHeader(dst []byte, h *header) []byte {
-	dst = append(dst[:0], headerVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, h.fingerprint)
-	dst = binary.LittleEndian.AppendUint64(dst, h.cycle)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.start))
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(h.deadline))
+func appendPlan(dst []byte, p *plan) []byte {
+	le := binary.LittleEndian
+	dst = append(dst[:0], planVersion)
+	dst = le.AppendUint64(dst, p.id)
+	dst = le.AppendUint64(dst, p.roll)
+	dst = le.AppendUint64(dst, uint64(p.window))
+	dst = le.AppendUint64(dst, uint64(p.at))
+	dst = le.AppendUint64(dst, uint64(p.capacity))
+	dst = le.AppendUint64(dst, math.Float64bits(p.thrFrac))
+	dst = le.AppendUint64(dst, p.thrHash)
+	dst = le.AppendUint32(dst, p.n)
+	dst = le.AppendUint32(dst, p.pending)
+	dst = le.AppendUint32(dst, p.buckets)
 	var flags byte
-	if h.early {
+	if p.replan {
 		flags = 1
 	}
 	dst = append(dst, flags)
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(h.clients)))
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(h.pending)))
-	for _, c := range h.clients {
-		dst = binary.LittleEndian.AppendUint64(dst, c.hash)
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(c.share))
-		dst = binary.LittleEndian.AppendUint32(dst, c.idle)
+	for _, f := range p.params {
+		dst = le.AppendUint64(dst, math.Float64bits(f))
 	}
-	for _, p := range h.pending {
-		dst = binary.LittleEndian.AppendUint64(dst, p)
-	}
+	dst = le.AppendUint64(dst, math.Float64bits(p.scale))
+	dst = le.AppendUint64(dst, uint64(p.thrSince))
+	dst = le.AppendUint64(dst, uint64(p.cycle))
+	dst = le.AppendUint64(dst, uint64(p.offset))
 	return dst
 }
 
-// decodeHeader fills h from b, reusing h's slices.
-func decodeHeader(b []byte, h *header) error {
-	if len(b) < headerFixedLen {
-		return fmt.Errorf("%w: header of %d bytes", errCorrupt, len(b))
-	}
-	if b[0] != headerVersion {
-		return fmt.Errorf("%w: header version %d", errCorrupt, b[0])
+func decodePlan(b []byte, p *plan) error {
+	if len(b) != planLen || b[0] != planVersion {
+		return fmt.Errorf("%w: plan of %d bytes", errCorrupt, len(b))
 	}
 	le := binary.LittleEndian
-	nClients := int(le.Uint16(b[34:]))
-	nPending := int(le.Uint16(b[36:]))
-	if len(b) != headerFixedLen+nClients*clientEntryLen+nPending*pendingLen {
-		return fmt.Errorf("%w: header length %d for %d clients, %d pending", errCorrupt, len(b), nClients, nPending)
+	var q plan
+	q.id = le.Uint64(b[1:])
+	q.roll = le.Uint64(b[9:])
+	q.window = int64(le.Uint64(b[17:]))
+	q.at = int64(le.Uint64(b[25:]))
+	q.capacity = int64(le.Uint64(b[33:]))
+	q.thrFrac = math.Float64frombits(le.Uint64(b[41:]))
+	q.thrHash = le.Uint64(b[49:])
+	q.n = le.Uint32(b[57:])
+	q.pending = le.Uint32(b[61:])
+	q.buckets = le.Uint32(b[65:])
+	q.replan = b[69]&1 != 0
+	off := 70
+	for i := range q.params {
+		q.params[i] = math.Float64frombits(le.Uint64(b[off:]))
+		off += 8
 	}
-	h.fingerprint = le.Uint64(b[1:])
-	h.cycle = le.Uint64(b[9:])
-	h.start = int64(le.Uint64(b[17:]))
-	h.deadline = int64(le.Uint64(b[25:]))
-	// A value can decode and still be impossible (a bad writer): such a
-	// header could stay "not due" for ever or wrap the cycle id. Treat it
-	// as unreadable, so it is reset.
-	if h.cycle >= maxCycleID || h.deadline < h.start || h.deadline-h.start > int64(MaxCycle) {
-		return fmt.Errorf("%w: cycle %d from %d to %d", errCorrupt, h.cycle, h.start, h.deadline)
+	q.scale = math.Float64frombits(le.Uint64(b[off:]))
+	q.thrSince = int64(le.Uint64(b[off+8:]))
+	q.cycle = int64(le.Uint64(b[off+16:]))
+	q.offset = int64(le.Uint64(b[off+24:]))
+	switch {
+	case b[69]&^1 != 0:
+		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
+	case q.id == 0 || q.id >= maxPlanID || q.roll == 0 || q.roll > q.id:
+		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)
+	case q.capacity < 1 || q.capacity > MaxCapacity:
+		return fmt.Errorf("%w: plan capacity %d", errCorrupt, q.capacity)
+	case q.n > 2*MaxClientsCap || q.pending > 2*MaxClientsCap:
+		return fmt.Errorf("%w: plan counts %d+%d", errCorrupt, q.n, q.pending)
+	case q.buckets == 0 || q.buckets > maxBuckets || q.buckets&(q.buckets-1) != 0:
+		return fmt.Errorf("%w: plan buckets %d", errCorrupt, q.buckets)
+	case !(q.scale >= 0 && q.scale <= 1) || !(q.thrFrac >= -1 && q.thrFrac <= 2):
+		return fmt.Errorf("%w: plan scale %v, threshold %v", errCorrupt, q.scale, q.thrFrac)
+	case q.cycle <= 0 || q.cycle > int64(MaxCycle) || q.offset < 0 || q.offset >= q.cycle:
+		return fmt.Errorf("%w: plan cycle %d, offset %d", errCorrupt, q.cycle, q.offset)
+	case q.window < minWindow || q.window > maxWindow || q.window > math.MaxInt64/q.cycle-2 || q.window < math.MinInt64/q.cycle+2:
+		return fmt.Errorf("%w: plan window %d", errCorrupt, q.window)
 	}
-	h.early = b[33]&1 != 0
-	h.clients = h.clients[:0]
-	p := b[headerFixedLen:]
-	for i := 0; i < nClients; i++ {
-		c := clientEntry{hash: le.Uint64(p), share: int64(le.Uint64(p[8:])), idle: le.Uint32(p[16:])}
-		if c.share < 0 || c.share > MaxCapacity {
-			return fmt.Errorf("%w: share %d", errCorrupt, c.share)
+	for _, f := range q.params {
+		if !(f >= 0 && f <= 4*MaxCapacity*float64(2*MaxClientsCap)) {
+			return fmt.Errorf("%w: plan parameter %v", errCorrupt, f)
 		}
-		h.clients = append(h.clients, c)
-		p = p[clientEntryLen:]
 	}
-	h.pending = h.pending[:0]
-	for i := 0; i < nPending; i++ {
-		h.pending = append(h.pending, le.Uint64(p))
-		p = p[pendingLen:]
-	}
+	*p = q
 	return nil
 }
 
-// slotValue is one client's counters for one cycle, summed over workers.
-// granted counts units leased to workers (admissions, or admissions to be);
-// demand counts attempts, rejected ones included.
-type slotValue struct {
-	cycle   uint64
-	hash    uint64
-	granted int64
-	demand  int64
+// Window indices stay far from overflow of k·cycle in nanoseconds.
+const (
+	minWindow = -(1 << 53)
+	maxWindow = 1 << 53
+)
+
+// budget is the window budget: units granted to workers in one window, all
+// clients together, and the capacity in force for it (the smallest that any
+// config that drew from it had). granted may exceed capacity only after the
+// capacity shrank mid-window; nothing more is granted then.
+type budget struct {
+	window   int64
+	roll     uint64 // the plan id that opened the window: a budget of an older roll is over
+	granted  int64
+	capacity int64
 }
 
-func appendSlot(dst []byte, v slotValue) []byte {
-	dst = append(dst[:0], slotVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, v.cycle)
-	dst = binary.LittleEndian.AppendUint64(dst, v.hash)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.granted))
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.demand))
+func appendBudget(dst []byte, v budget) []byte {
+	le := binary.LittleEndian
+	dst = append(dst[:0], budgetVersion)
+	dst = le.AppendUint64(dst, uint64(v.window))
+	dst = le.AppendUint64(dst, v.roll)
+	dst = le.AppendUint64(dst, uint64(v.granted))
+	dst = le.AppendUint64(dst, uint64(v.capacity))
 	return dst
 }
 
-func decodeSlot(b []byte) (slotValue, error) {
-	if len(b) != slotLen || b[0] != slotVersion {
-		return slotValue{}, fmt.Errorf("%w: slot of %d bytes", errCorrupt, len(b))
+func decodeBudget(b []byte) (budget, error) {
+	if len(b) != budgetLen || b[0] != budgetVersion {
+		return budget{}, fmt.Errorf("%w: budget of %d bytes", errCorrupt, len(b))
 	}
 	le := binary.LittleEndian
-	v := slotValue{
-		cycle:   le.Uint64(b[1:]),
-		hash:    le.Uint64(b[9:]),
-		granted: int64(le.Uint64(b[17:])),
-		demand:  int64(le.Uint64(b[25:])),
+	v := budget{
+		window:   int64(le.Uint64(b[1:])),
+		roll:     le.Uint64(b[9:]),
+		granted:  int64(le.Uint64(b[17:])),
+		capacity: int64(le.Uint64(b[25:])),
 	}
-	if v.granted < 0 || v.demand < 0 || v.cycle >= maxCycleID {
-		return slotValue{}, fmt.Errorf("%w: impossible slot", errCorrupt)
+	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
+		v.granted < 0 || v.granted > MaxCapacity {
+		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
+}
+
+// entry is one client's record in its registry bucket. The counters
+// (granted, demand) belong to window; share is the client's window
+// entitlement under plan.
+type entry struct {
+	hash    uint64  // client hash, never 0
+	created uint64  // plan id current when it arrived; counted from the next plan on
+	since   int64   // when it arrived (Unix ns): scales a partial first window
+	window  int64   // the window of granted and demand
+	plan    uint64  // plan whose share is in share (0: none yet)
+	share   int64   // units the client may be granted in window, under plan
+	granted int64   // units granted to workers in window, over every plan of it
+	demand  int64   // units asked for in window, rejected ones included
+	prev    float64 // demand the window's shares are computed from (full-window rate)
+	active  int64   // last window with demand (or of arrival): idle expiry
+}
+
+// bucketVal is one registry key: up to bucketSlots entries, and whether a
+// client whose home this is ever had to be placed in a later bucket.
+type bucketVal struct {
+	overflow bool
+	entries  []entry
+}
+
+func appendBucket(dst []byte, b *bucketVal) []byte {
+	le := binary.LittleEndian
+	dst = append(dst[:0], bucketVersion, byte(len(b.entries)))
+	var flags byte
+	if b.overflow {
+		flags = 1
+	}
+	dst = append(dst, flags)
+	for i := range b.entries {
+		e := &b.entries[i]
+		dst = le.AppendUint64(dst, e.hash)
+		dst = le.AppendUint64(dst, e.created)
+		dst = le.AppendUint64(dst, uint64(e.since))
+		dst = le.AppendUint64(dst, uint64(e.window))
+		dst = le.AppendUint64(dst, e.plan)
+		dst = le.AppendUint64(dst, uint64(e.share))
+		dst = le.AppendUint64(dst, uint64(e.granted))
+		dst = le.AppendUint64(dst, uint64(e.demand))
+		dst = le.AppendUint64(dst, math.Float64bits(e.prev))
+		dst = le.AppendUint64(dst, uint64(e.active))
+	}
+	return dst
+}
+
+// decodeBucket fills b from raw, reusing b's slice.
+func decodeBucket(raw []byte, b *bucketVal) error {
+	if len(raw) < bucketHead || raw[0] != bucketVersion {
+		return fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
+	}
+	n := int(raw[1])
+	if n > bucketSlots || len(raw) != bucketHead+n*entryLen || raw[2]&^1 != 0 {
+		return fmt.Errorf("%w: bucket of %d entries in %d bytes", errCorrupt, n, len(raw))
+	}
+	le := binary.LittleEndian
+	b.overflow = raw[2]&1 != 0
+	b.entries = b.entries[:0]
+	p := raw[bucketHead:]
+	for i := 0; i < n; i++ {
+		e := entry{
+			hash:    le.Uint64(p),
+			created: le.Uint64(p[8:]),
+			since:   int64(le.Uint64(p[16:])),
+			window:  int64(le.Uint64(p[24:])),
+			plan:    le.Uint64(p[32:]),
+			share:   int64(le.Uint64(p[40:])),
+			granted: int64(le.Uint64(p[48:])),
+			demand:  int64(le.Uint64(p[56:])),
+			prev:    math.Float64frombits(le.Uint64(p[64:])),
+			active:  int64(le.Uint64(p[72:])),
+		}
+		if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
+			e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
+			e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
+			e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow {
+			return fmt.Errorf("%w: impossible entry", errCorrupt)
+		}
+		for j := range b.entries {
+			if b.entries[j].hash == e.hash {
+				return fmt.Errorf("%w: duplicate entry", errCorrupt)
+			}
+		}
+		b.entries = append(b.entries, e)
+		p = p[entryLen:]
+	}
+	return nil
 }

@@ -7,37 +7,43 @@ import (
 )
 
 // Bounds on the configuration. They keep every derived quantity (shares,
-// counters, the encoded header) far from overflow and from the uint32 CAS
-// counter's wrap-around.
+// counters, window indices) far from overflow.
 const (
 	MaxCapacity   = 1 << 40
 	MaxCycle      = time.Hour
-	MaxClientsCap = 65535
-	MaxIdleCycles = 1 << 16 // with idleUnits per cycle, fits a uint32
+	MaxClientsCap = 100_000
+	MaxIdleCycles = 1 << 16
 )
 
 // Config is what one limit needs. Every field is explicit; Defaults fills the
 // optional ones the way the plugin documents them.
 type Config struct {
-	// Capacity is the number of requests per cycle for the whole process,
-	// all clients together.
+	// Capacity is the number of units (requests, or their cost) admitted per
+	// aligned window for the whole process, all clients together.
 	Capacity int64
-	// Cycle is the length of a full cycle.
+	// Cycle is the length of a window.
 	Cycle time.Duration
+	// WindowOffset shifts the aligned windows: window k spans
+	// [k·Cycle + WindowOffset, (k+1)·Cycle + WindowOffset) on the Unix
+	// epoch (see WindowAt). In [0, Cycle).
+	WindowOffset time.Duration
 	// Reservation is the seed policy's reservation fraction, in [0, 1].
 	Reservation float64
-	// Policy computes shares; nil means Seed{Reservation}.
+	// Policy computes shares; nil means Seed{Reservation}. It must be Seed
+	// or Static: the engine derives each client's share from the policy's
+	// compact parameters (see compactPolicy).
 	Policy Policy
 	// MaxClients bounds the client table (registered plus pending). A
 	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
 	// registered client.
 	MaxClients int
-	// IdleCycles is how many consecutive cycles without a request make a
-	// client forgotten at the next rollover, which returns its share.
+	// IdleCycles is how many windows without a request make a client
+	// forgotten at the next plan, which returns its share.
 	IdleCycles int
-	// MinCycle is the shortest a cycle may be before a newcomer is allowed to
-	// end it early. It rate-limits early rollovers, so a flood of new ids
-	// cannot keep resetting everyone's share. In (0, Cycle].
+	// MinCycle is the shortest time between two plans of one window: a
+	// newcomer re-plans the rest of the window only MinCycle after the last
+	// plan, so a flood of new ids cannot keep re-planning everyone's share.
+	// In (0, Cycle].
 	MinCycle time.Duration
 	// Passthrough makes every decision admit, while still reporting what
 	// enforce mode would have done.
@@ -90,6 +96,8 @@ func (c Config) Validate() error {
 		return fieldErr("cycle", "must be in (0, %s], got %s", MaxCycle, c.Cycle)
 	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
+	case !isCompact(c.Policy):
+		return fieldErr("policy", "must be engine.Seed or engine.Static, got %s", c.Policy.Name())
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
 	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:
@@ -104,23 +112,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func (c Config) policy() Policy {
+func (c Config) policy() compactPolicy {
 	if c.Policy != nil {
-		return c.Policy
+		if p, ok := c.Policy.(compactPolicy); ok {
+			return p
+		}
 	}
 	return Seed{Reservation: c.Reservation}
 }
 
-// fingerprint identifies the parts of the config that change shares. It is
-// written into every header, so that operators and tests can tell which
-// config started a cycle; a header from another config is still honoured
-// until its deadline (see isDue).
-func (c Config) fingerprint() uint64 {
-	h := newHash()
-	h = h.addUint64(uint64(c.Capacity))
-	h = h.addUint64(uint64(c.Cycle))
-	h = h.addUint64(math.Float64bits(c.Reservation))
-	h = h.addUint64(uint64(c.MaxClients))
-	h = h.addString(c.policy().Name())
-	return uint64(h)
+func isCompact(p Policy) bool {
+	if p == nil {
+		return true
+	}
+	_, ok := p.(compactPolicy)
+	return ok
 }

@@ -9,14 +9,16 @@ type Reason uint8
 const (
 	// ReasonOK: admitted within the client's share.
 	ReasonOK Reason = iota
-	// ReasonOverLimit: the client used its share for this cycle.
+	// ReasonOverLimit: the client used its share for this window, or the
+	// window's capacity is spent.
 	ReasonOverLimit
 	// ReasonAnonymous: the request carried no usable client id.
 	ReasonAnonymous
 	// ReasonTableFull: a newcomer found the client table full.
 	ReasonTableFull
-	// ReasonPending: a newcomer waits for the early rollover that registers
-	// it, which MinCycle holds back.
+	// ReasonPending: a newcomer waits for the re-plan that counts it, which
+	// MinCycle holds back, or for the next window when the running one's
+	// capacity was spent when it arrived.
 	ReasonPending
 	// ReasonStoreFailure: shared state failed or stayed contended past the
 	// CAS retry bound; FailureModeDeny decides whether this admits.
@@ -53,18 +55,24 @@ type Decision struct {
 	// Reason says why. A store failure admits (WouldReject false) unless
 	// FailureModeDeny is set.
 	Reason Reason
-	// Limit is the client's share for the current cycle (0 when unknown,
-	// as for anonymous requests and newcomers that are not registered yet).
+	// Limit is the client's share for the window under the current plan:
+	// what it may be granted in the window in all (0 when unknown, as for
+	// anonymous requests and newcomers that are not counted yet).
 	Limit int64
-	// Remaining is what the client may still send this cycle, as far as this
-	// worker knows: exact for a single worker; for several, this worker's
-	// lease plus the share nobody had leased at its last sync.
+	// Remaining is what the client may still send this window, as far as
+	// this worker knows: exact for a single worker; for several, this
+	// worker's lease plus the share nobody had leased at its last sync.
 	Remaining int64
-	// Reset is the time until the current cycle ends.
+	// Reset is the time until the current window ends.
 	Reset time.Duration
 	// RetryAfter is when a rejected request may succeed: the end of the
-	// cycle for over_limit, the earliest early rollover for pending.
+	// window for over_limit and table_full, the next allowed re-plan for
+	// pending.
 	RetryAfter time.Duration
-	// Cycle is the id of the cycle the request was counted in.
+	// Cycle is the id of the share period the request was counted in: the
+	// plan that announced Limit. Plan ids only grow and are never reused.
 	Cycle uint64
+	// Window is the aligned window index (see WindowAt) of the plan the
+	// request was decided under.
+	Window int64
 }

@@ -1,42 +1,45 @@
 // Package engine owns Borrowcycle's limiting logic: the allocation policy,
-// the cycle state machine, the client registry, admission decisions, and the
-// protocol by which several workers share one limit through a Store. It is
-// pure Go: it never imports proxy-wasm, and every time it uses comes from
-// the caller (AdmitAt, TickAt) or an injected Clock.
+// the window state machine, the client registry, admission decisions, and
+// the protocol by which several workers share one limit through a Store. It
+// is pure Go: it never imports proxy-wasm, and every time it uses comes from
+// the caller (AdmitAt, AdmitNAt, TickAt, RegisterAt).
 //
-// # The cycle lifecycle
+// # Windows, plans and shares
 //
-// A limit admits Capacity requests per Cycle, shared by the clients it has
-// seen. Each cycle:
+// A limit admits Capacity units per aligned window of length Cycle (window k
+// spans [k·Cycle + WindowOffset, (k+1)·Cycle + WindowOffset), see
+// WindowAt), shared by the clients it counts:
 //
-//  1. Starts with shares: equal for the first cycle, and afterwards computed
-//     by the Policy (Seed by default) from the previous cycle's demand.
-//     Demand counts attempts, rejected ones included. Shares are integers
-//     that sum to exactly Capacity.
-//  2. Admits a client while its admissions in the cycle are below its
-//     share; past it, the client is rejected with ReasonOverLimit until the
-//     cycle ends (Decision.RetryAfter).
-//  3. Ends at its deadline; the first request or tick after it rolls the
-//     cycle over. It can also end early: a client seen for the first time
-//     (a newcomer) ends the cycle so that it gets a share at once, and the
-//     demand of the cut-short cycle is scaled up to a full cycle.
+//  1. Each window starts with a plan: shares computed by the Policy (Seed by
+//     default) from the previous window's demand, which counts units asked
+//     for, rejected ones included. Shares are integers that sum to exactly
+//     Capacity.
+//  2. A client is admitted while it has share left; past it, it is rejected
+//     with ReasonOverLimit until the window ends (Decision.RetryAfter).
+//  3. A client seen for the first time (a newcomer) re-plans the rest of the
+//     window: full-window shares with it counted in, scaled to what the
+//     window has left. Re-plans are at least MinCycle apart; a newcomer that
+//     comes sooner waits (ReasonPending) and one re-plan registers every
+//     newcomer waiting. Beyond MaxClients, newcomers get ReasonTableFull and
+//     nobody is evicted. Clients idle for more than IdleCycles windows are
+//     forgotten.
 //
-// Early rollovers are rate-limited by MinCycle. A newcomer that arrives
-// sooner is recorded as pending and rejected with ReasonPending, with
-// RetryAfter telling when the early rollover becomes allowed; every newcomer
-// pending by then is registered by that one rollover. So a flood of new ids
-// costs at most one rollover per MinCycle, and the pending list (bounded by
-// MaxClients, like the registry) never evicts anyone: a newcomer that finds
-// the table full is rejected with ReasonTableFull. Clients idle for
-// IdleCycles cycles are forgotten at a rollover, returning their share.
+// Each plan has an id, never reused, which Decision.Cycle reports: the share
+// period the request was counted in.
 //
 // # Workers
 //
-// A Limiter is one worker (one Envoy worker VM). Workers share the cycle
-// state, the client registry and per-client counters through a Store shaped
+// A Limiter is one worker (one Envoy worker VM). Workers share a small plan
+// key, a window budget and buckets of client entries through a Store shaped
 // like proxy-wasm shared data, and change them only by compare-and-swap. A
-// worker leases a small batch of a client's share and admits from it
-// locally, so the common request touches no shared state. The cap per client
-// per cycle is exact across workers. docs/design.md gives the argument and
-// the trade-offs.
+// worker leases a small batch of a client's share, taken from the window
+// budget first, and admits from it locally, so the common request touches
+// no shared state. Every window admits at most its capacity, and every
+// client at most its share under each plan, across all workers.
+//
+// The code follows that split: transition (transition.go) is the one pure
+// function that decides whether to stay, roll into a new window, re-plan,
+// hold a newcomer or refuse it; plan.go derives shares; the registry
+// (registry.go) owns the cached view of shared state; the ledger
+// (ledger.go) alone grants units. docs/design.md gives the argument.
 package engine

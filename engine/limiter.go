@@ -9,23 +9,27 @@ import (
 // None of them happens per admitted request in steady state. Calls come from
 // the goroutine that calls the Limiter.
 type Observer interface {
-	// Rollover: this worker started cycle ev.Cycle.
+	// Rollover: this worker published plan ev.Cycle (a new window's, or a
+	// re-plan of the running window for newcomers).
 	Rollover(ev RolloverEvent)
 	// CASRetry: a compare-and-swap lost a race and was retried.
 	CASRetry()
 	// StoreFailure: the store failed, or CAS retries ran out, on op.
 	StoreFailure(op string, err error)
-	// ValueReset: an unreadable shared value was reset.
+	// ValueReset: an unreadable shared value was found (and is reset by the
+	// next plan).
 	ValueReset(key string, err error)
 }
 
-// RolloverEvent describes a rollover this worker performed.
+// RolloverEvent describes a plan this worker published.
 type RolloverEvent struct {
-	Cycle      uint64
-	Early      bool // ended before its deadline, for newcomers
-	Clients    int  // registered after the rollover
-	Registered int  // newcomers registered by it
-	Forgotten  int  // idle clients dropped by it
+	Cycle      uint64 // the plan id: the share period it starts
+	Window     int64  // the aligned window it plans
+	Early      bool   // the same as Replan (the name predates aligned windows)
+	Replan     bool   // a re-plan of the running window for newcomers
+	Clients    int    // counted in the plan
+	Registered int    // newcomers counted for the first time
+	Forgotten  int    // idle clients no longer counted
 }
 
 // NopObserver ignores every event.
@@ -39,25 +43,19 @@ func (NopObserver) ValueReset(string, error)   {}
 // Option configures a Limiter.
 type Option func(*Limiter)
 
-// WithClock sets the clock Admit and Tick read (default: the wall clock).
+// WithClock sets the clock a Limiter's owner reads (default: the wall
+// clock). The Limiter itself decides at the times it is given.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
-// WithObserver sets who hears about rollovers, retries and failures.
+// WithObserver sets who hears about plans, retries and failures.
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.obs = o } }
 
 // ErrRetriesExhausted is reported to the Observer when an operation kept
 // losing CAS races.
 var ErrRetriesExhausted = errors.New("cas retries exhausted")
 
-// Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
-// of the attempts the worker saw for the client this cycle.
-const (
-	leaseDivisor     = 16
-	leaseRateDivisor = 4
-)
-
 // flushDivisor: a worker writes its counted demand back once it has counted
-// 1/flushDivisor of what it already wrote (at least 1 request), so demand is
+// 1/flushDivisor of what it already wrote (at least 1 unit), so demand is
 // exact for light clients and within about 1/16 for heavy ones, with a
 // logarithmic number of writes.
 const flushDivisor = 16
@@ -68,48 +66,11 @@ const flushDivisor = 16
 // one in tests.
 type Limiter struct {
 	cfg   Config
-	fp    uint64
-	store Store
 	clock Clock
 	obs   Observer
-
-	headerKey string
-	slotKeys  []string // built on first use of each slot
-
-	hdr      header
-	spare    header // decode target, swapped with hdr on success
-	hdrCAS   uint32 // CAS of hdr as read; meaningful only when hdrValid
-	hdrValid bool
-	// truncated: hdr is a cut view of a header written under a config
-	// with a larger table; it must not be written back as it is.
-	truncated bool
-	index     map[uint64]int // hash -> slot; pending newcomers map to -1
-	nActive   int            // registered clients in hdr
-	local     []localSlot    // this worker's leases and counts, by slot
-	scratch   rollScratch
-	corrupt   []corruptSlot // unreadable slots found by the last readDemand
-	buf       []byte
-}
-
-// localSlot is what this worker holds for one client in one cycle.
-type localSlot struct {
-	cycle     uint64
-	hash      uint64
-	lease     int64 // units this worker may still admit without the store
-	unflushed int64 // attempts counted here but not yet written to the store
-	flushed   int64 // attempts this worker wrote this cycle
-	granted   int64 // the slot's granted count at the last sync
-	exhausted bool  // the slot had nothing left at the last sync
-	used      bool  // the lease was used since the last tick
-}
-
-// markUnusable makes the client exhausted for the cycle when its slot
-// cannot be trusted. Its counted demand is dropped as if written, so that
-// further rejections stay local instead of re-reading the slot each time.
-func (ls *localSlot) markUnusable(share int64) {
-	ls.granted, ls.exhausted = share, true
-	ls.flushed += ls.unflushed
-	ls.unflushed = 0
+	reg   *registry
+	led   ledger
+	dirty []*clientState // clients with a lease or unwritten demand: the tick's work
 }
 
 // New returns a worker for cfg over store.
@@ -120,237 +81,437 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, &FieldError{Field: "store", Reason: "must not be nil"}
 	}
-	l := &Limiter{
-		cfg:       cfg,
-		fp:        cfg.fingerprint(),
-		store:     store,
-		clock:     SystemClock{},
-		obs:       NopObserver{},
-		headerKey: cfg.KeyPrefix + "/h",
-		slotKeys:  make([]string, cfg.MaxClients),
-		index:     make(map[uint64]int, cfg.MaxClients),
-		local:     make([]localSlot, cfg.MaxClients),
-	}
+	l := &Limiter{cfg: cfg, clock: SystemClock{}, obs: NopObserver{}}
 	for _, o := range opts {
 		o(l)
 	}
+	l.reg = newRegistry(&l.cfg, store, l.obs)
+	l.led = ledger{reg: l.reg, cfg: &l.cfg}
 	return l, nil
 }
 
 // Config returns the limiter's configuration.
 func (l *Limiter) Config() Config { return l.cfg }
 
-// Admit decides on one request from client at the clock's time.
-func (l *Limiter) Admit(client string) Decision { return l.AdmitAt(l.clock.Now(), client) }
+// AdmitAt decides on one request of cost 1 from client at now.
+func (l *Limiter) AdmitAt(now time.Time, client string) Decision { return l.AdmitNAt(now, client, 1) }
 
-// AdmitAt decides on one request from client at now. An empty client is
-// anonymous. Every attempt counts as demand for the next cycle's shares,
-// rejected ones included.
-func (l *Limiter) AdmitAt(now time.Time, client string) Decision {
+// AdmitNAt decides on one request from client at now that costs cost units
+// (a cost below 1 counts as 1): it takes cost units of the client's share
+// and of the window's budget, or is rejected if fewer than cost remain. An
+// empty client is anonymous. Every attempt counts its cost as demand for
+// the next window's shares, rejected ones included.
+func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	if client == "" {
 		return l.reject(ReasonAnonymous, 0, 0)
 	}
+	cost = max(cost, 1)
 	t := now.UnixNano()
-	if err := l.ensureCurrent(t); err != nil {
+	if err := l.current(t); err != nil {
 		return l.failure(t)
 	}
 	h := clientHash(client)
-	slot, known := l.index[h]
-	if !known || slot < 0 {
-		return l.admitNewcomer(t, h)
+	if cs := l.reg.clients[h]; cs != nil {
+		return l.admitKnown(t, cs, cost, true)
 	}
-	return l.admitKnown(t, slot)
+	return l.admitUnknown(t, h, cost)
 }
 
-// Tick does the housekeeping that keeps shared state accurate between
-// requests: it rolls an expired cycle over on time, registers newcomers
-// whose early rollover is due, writes counted demand back, and returns
-// leases this worker did not use since the previous tick.
-func (l *Limiter) Tick() { l.TickAt(l.clock.Now()) }
-
-// TickAt is Tick at an explicit time.
+// TickAt does the housekeeping that keeps shared state accurate between
+// requests: it writes counted demand back, returns leases this worker did
+// not use since the previous tick, notices plans other workers published,
+// and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
 	t := now.UnixNano()
-	if err := l.refreshHeader(); err != nil {
+	if err := l.refresh(t); err != nil {
 		return
 	}
-	if l.rolloverWanted(t, nil) {
-		if err := l.rollover(t, nil); err != nil {
-			return
+	l.tickClients()
+	if step, _ := transition(&l.reg.view, &l.cfg, t, false); step == stepRoll || step == stepReplan {
+		_, _ = l.reg.replan(t, false, l.flush)
+	}
+}
+
+// tickClients flushes demand and returns leases unused since the last tick.
+func (l *Limiter) tickClients() {
+	keep := l.dirty[:0]
+	for _, cs := range l.dirty {
+		if cs.window == l.reg.view.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
+			l.led.sync(cs, 0, !cs.used)
+		}
+		cs.used = false
+		if cs.window == l.reg.view.window && (cs.lease > 0 || cs.unflushed > 0) {
+			keep = append(keep, cs)
+		} else {
+			cs.dirty = false
 		}
 	}
-	for slot := range l.hdr.clients {
-		ls := &l.local[slot]
-		if ls.cycle != l.hdr.cycle || ls.hash != l.hdr.clients[slot].hash {
-			continue
+	clear(l.dirty[len(keep):])
+	l.dirty = keep
+}
+
+// flush writes back this worker's demand before it plans a new window, so
+// that the plan counts it.
+func (l *Limiter) flush() {
+	for _, cs := range l.dirty {
+		if cs.unflushed > 0 && cs.window == l.reg.view.window && cs.plan != 0 {
+			l.led.sync(cs, 0, false)
 		}
-		if ls.unflushed > 0 || (ls.lease > 0 && !ls.used) {
-			l.sync(slot, false, !ls.used)
-		}
-		ls.used = false
+	}
+}
+
+func (l *Limiter) markDirty(cs *clientState) {
+	if !cs.dirty {
+		cs.dirty = true
+		l.dirty = append(l.dirty, cs)
 	}
 }
 
 // RegisterAt declares clients at now, as if each had sent a request but
 // without counting demand: the simulator and tests use it to start a
-// scenario with every client known, as the product description's first
-// cycle does. Newcomers are registered at once when an early rollover is
-// allowed and become pending otherwise.
+// scenario with every client known. They are counted at once when a plan is
+// allowed (always for the first clients) and wait for the next plan
+// otherwise.
 func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	t := now.UnixNano()
-	hashes := make([]uint64, 0, len(clients))
-	for _, c := range clients {
-		if c != "" {
-			hashes = append(hashes, clientHash(c))
-		}
-	}
-	if err := l.refreshHeader(); err != nil {
+	if err := l.refresh(t); err != nil {
 		return err
 	}
-	if earlyAllowed(&l.hdr, &l.cfg, t) || isDue(&l.hdr, &l.cfg, t) {
-		return l.rollover(t, hashes)
-	}
-	for _, h := range hashes {
-		if _, err := l.addPending(h); err != nil {
+	for i, c := range clients {
+		if c == "" {
+			continue
+		}
+		h := clientHash(c)
+		if _, e, found, err := l.reg.find(h); err != nil {
 			return err
+		} else if found && (!registered(&e, &l.reg.view) || !expired(&e, &l.reg.view, &l.cfg)) {
+			continue
+		}
+		// Arrivals a nanosecond apart keep the declared order: it breaks
+		// rounding ties, like registration order does.
+		if err := l.reg.insert(h, t+int64(i)); err != nil && !errors.Is(err, errFull) {
+			return err // a client that finds the table full learns it at its next request
 		}
 	}
-	return nil
+	_, err := l.reg.replan(t, l.reg.view.id == 0, l.flush)
+	return err
 }
 
-// Snapshot is the cycle state as this worker last read it.
+// Snapshot is the plan this worker last read.
 type Snapshot struct {
-	Cycle    uint64
-	Start    time.Time
-	Deadline time.Time
-	Early    bool
-	Clients  map[uint64]int64 // client hash (see HashID) -> share
+	Cycle    uint64    // plan id
+	Window   int64     // aligned window index
+	Start    time.Time // window start
+	Deadline time.Time // window end
+	Early    bool      // the plan is a re-plan of its window
+	Clients  map[uint64]int64
 	Pending  int
 }
 
 // HashID is how clients are identified in shared state and Snapshot.
 func HashID(client string) uint64 { return clientHash(client) }
 
-// Snapshot returns the cycle state this worker last read from the store.
+// Snapshot returns the plan this worker last read, with every counted
+// client's share under it (client hash, see HashID, to share). It reads
+// every bucket: it is for tests, the simulator and diagnostics, not for the
+// request path.
 func (l *Limiter) Snapshot() Snapshot {
+	p := &l.reg.view
+	start, end := planWindow(p, &l.cfg)
 	s := Snapshot{
-		Cycle:    l.hdr.cycle,
-		Start:    time.Unix(0, l.hdr.start),
-		Deadline: time.Unix(0, l.hdr.deadline),
-		Early:    l.hdr.early,
-		Clients:  make(map[uint64]int64, len(l.hdr.clients)),
-		Pending:  len(l.hdr.pending),
+		Cycle:    p.id,
+		Window:   p.window,
+		Start:    time.Unix(0, start),
+		Deadline: time.Unix(0, end),
+		Early:    p.replan,
+		Clients:  map[uint64]int64{},
+		Pending:  int(p.pending),
 	}
-	for _, c := range l.hdr.clients {
-		if c.hash != 0 {
-			s.Clients[c.hash] = c.share
+	if p.id == 0 {
+		return s
+	}
+	for b := 0; b < l.reg.nb; b++ {
+		raw, _, err := l.reg.store.Get(l.reg.key(b))
+		if err != nil {
+			continue
+		}
+		var bv bucketVal
+		if decodeBucket(raw, &bv) != nil {
+			continue
+		}
+		for _, e := range bv.entries {
+			if !counted(&e, p, &l.cfg) || e.plan > p.id {
+				continue
+			}
+			if e.plan < p.id {
+				rebase(&e, p, l.reg.pol, &l.cfg)
+			}
+			s.Clients[e.hash] = e.share
 		}
 	}
 	return s
 }
 
-// ActiveClients is the number of registered clients in the cycle this worker
+// ActiveClients is the number of clients counted in the plan this worker
 // last read.
-func (l *Limiter) ActiveClients() int { return l.nActive }
+func (l *Limiter) ActiveClients() int { return int(l.reg.view.n) }
 
-// ensureCurrent makes sure the cached header is the running cycle at t,
-// rolling it over when it is due.
-func (l *Limiter) ensureCurrent(t int64) error {
-	if l.hdrValid && !isDue(&l.hdr, &l.cfg, t) {
-		return nil
-	}
-	if err := l.refreshHeader(); err != nil {
+// refresh reads the plan; an unreadable one is replaced at once by a plan
+// for t's window (see registry.replan).
+func (l *Limiter) refresh(t int64) error {
+	corrupt, err := l.reg.read()
+	if err != nil || !corrupt {
 		return err
 	}
-	if !isDue(&l.hdr, &l.cfg, t) || (len(l.hdr.clients) == 0 && len(l.hdr.pending) == 0) {
-		// Not due, or nothing to roll: the first client's request registers
-		// it through the newcomer path, which starts the first cycle.
+	_, err = l.reg.replan(t, false, l.flush)
+	return err
+}
+
+// current makes sure the view is the plan for t, planning a new window
+// when the running one is over. It reads the store only when the cached
+// plan says a step is due.
+func (l *Limiter) current(t int64) error {
+	step, _ := transition(&l.reg.view, &l.cfg, t, false)
+	if step == stepStay {
 		return nil
 	}
-	return l.rollover(t, nil)
+	_, err := l.reg.replan(t, false, l.flush)
+	return err
 }
 
-// admitKnown admits a registered client from this worker's lease, leasing
-// more from the store when it runs out.
-func (l *Limiter) admitKnown(t int64, slot int) Decision {
-	ls := l.localFor(slot)
-	ls.unflushed++
-	if ls.lease > 0 {
-		ls.lease--
-		ls.used = true
-		if l.flushDue(ls) {
-			l.sync(slot, false, false)
+// admitKnown admits a counted client from this worker's lease, leasing
+// more when it runs short. retry allows one more pass after the view was
+// found stale.
+func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) Decision {
+	p := &l.reg.view
+	if cs.window != p.window {
+		cs.reset(p.window)
+	}
+	current := cs.plan == p.id
+	cs.unflushed += cost
+	l.markDirty(cs)
+	if cs.unusable == p.id && !l.flushDue(cs) {
+		return l.overLimit(t, cs)
+	}
+	if current && cs.lease >= cost {
+		cs.lease -= cost
+		cs.used = true
+		if l.flushDue(cs) {
+			l.led.sync(cs, 0, false)
 		}
-		return l.admit(t, slot)
+		return l.admit(t, cs)
 	}
-	if ls.exhausted && !l.flushDue(ls) {
-		return l.overLimit(t, slot)
+	if current && cs.exhausted && !l.flushDue(cs) {
+		return l.overLimit(t, cs)
 	}
-	switch l.sync(slot, true, false) {
+	switch l.led.sync(cs, cost-max(cs.lease, 0), false) {
 	case syncOK:
-		if ls.lease > 0 {
-			ls.lease--
-			ls.used = true
-			return l.admit(t, slot)
+		if cs.lease >= cost {
+			cs.lease -= cost
+			cs.used = true
+			return l.admit(t, cs)
 		}
-		return l.overLimit(t, slot)
-	case syncStale:
-		// Another worker started a newer cycle: adopt it and decide there.
-		// The header's cycle only grows, so this recurses at most once.
-		staleCycle := ls.cycle
-		if err := l.refreshHeader(); err != nil {
+		return l.overLimit(t, cs)
+	case syncStale, syncPending:
+		before := p.id
+		if err := l.refresh(t); err != nil {
 			return l.failure(t)
 		}
-		if l.hdr.cycle == staleCycle {
-			if slot >= len(l.hdr.clients) || l.hdr.clients[slot].hash != ls.hash {
-				return l.admitNewcomer(t, ls.hash)
-			}
-			// The header is not newer, so the slot's "future" cycle is
-			// bogus: treat it as unreadable (the next roller resets it).
-			ls.markUnusable(l.hdr.clients[slot].share)
-			return l.overLimit(t, slot)
+		cs.unflushed -= cost // counted again by the retry
+		if retry && l.reg.view.id != before {
+			return l.admitKnown(t, cs, cost, false)
 		}
-		if s, ok := l.index[ls.hash]; ok && s >= 0 {
-			return l.admitKnown(t, s)
+		if st := l.led.sync(cs, 0, false); st == syncPending {
+			return l.pending(t)
 		}
-		return l.admitNewcomer(t, ls.hash)
-	default:
+		// The entry names a plan that does not exist: unusable until the
+		// next plan resets it.
+		cs.unusable = p.id
+		cs.flushed += cs.unflushed
+		cs.unflushed = 0
+		return l.overLimit(t, cs)
+	case syncGone:
+		cs.unflushed -= cost
+		delete(l.reg.clients, cs.hash)
+		cs.lease, cs.unflushed = 0, 0
+		return l.admitUnknown(t, cs.hash, cost)
+	case syncCorrupt:
+		// The bucket may hide grants: the client gets nothing more until a
+		// roller resets it. Its demand is dropped as if written, so further
+		// rejections stay local instead of re-reading the bucket each time.
+		cs.unusable = p.id
+		cs.flushed += cs.unflushed
+		cs.unflushed = 0
+		return l.overLimit(t, cs)
+	}
+	return l.failure(t)
+}
+
+// admitUnknown handles a client this worker holds no state for: a client
+// other workers registered (found in its bucket), a newcomer waiting for a
+// plan, or a newcomer to register. Repeats of a newcomer this worker just
+// refused or told to wait touch no shared state.
+func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
+	r := l.reg
+	if id, ok := r.refused[h]; ok && id == r.view.id {
+		return l.tableFull(t)
+	}
+	if id, ok := r.waiting[h]; ok && id == r.view.id && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
+		// Told to wait under this plan, and no re-plan can be due yet (or
+		// none is wanted as far as this worker knows: its next tick
+		// catches up).
+		return l.pending(t)
+	}
+	if r.view.id == 0 {
+		// No plan seen yet: read it, or every client looks new.
+		if err := l.refresh(t); err != nil {
+			return l.failure(t)
+		}
+	}
+	b, e, found, err := r.find(h)
+	if err == nil && found && !registered(&e, &r.view) {
+		// Waiting, as far as this worker's view goes: the view may be
+		// behind the plan that counted it.
+		if err := l.refresh(t); err != nil {
+			return l.failure(t)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errCorrupt) {
+			// Its bucket is reset by the next plan; until then repeats wait
+			// here without reading it again.
+			l.wait(h)
+			return l.pending(t)
+		}
 		return l.failure(t)
+	}
+	if found && counted(&e, &r.view, &l.cfg) {
+		return l.admitKnown(t, l.track(h, b, e.created), cost, true)
+	}
+	if !found || registered(&e, &r.view) { // new, or returning after expiry
+		step, _ := transition(&r.view, &l.cfg, t, true)
+		if step == stepTableFull {
+			return l.refuse(t, h)
+		}
+		if err := r.insert(h, t); err != nil {
+			switch {
+			case errors.Is(err, errFull):
+				return l.refuse(t, h)
+			case errors.Is(err, errCorrupt):
+				if _, err := r.replan(t, true, l.flush); err != nil {
+					return l.failure(t)
+				}
+				return l.pending(t)
+			}
+			return l.failure(t)
+		}
+	}
+	// Waiting for a plan, and counted in the plan's pending: one is made now
+	// when allowed. (Before the first plan there is no count to read: the
+	// caller is the newcomer that makes it.)
+	if step, err := r.replan(t, r.view.id == 0, l.flush); err != nil {
+		return l.failure(t)
+	} else if step == stepStay {
+		l.wait(h)
+		return l.pending(t)
+	}
+	b, e, found, err = r.find(h)
+	if err != nil || !found || !counted(&e, &r.view, &l.cfg) {
+		return l.pending(t)
+	}
+	return l.admitKnown(t, l.track(h, b, e.created), cost, true)
+}
+
+func (l *Limiter) wait(h uint64) {
+	if len(l.reg.waiting) >= localCacheMax {
+		clear(l.reg.waiting)
+	}
+	l.reg.waiting[h] = l.reg.view.id
+}
+
+func (l *Limiter) track(h uint64, b int, created uint64) *clientState {
+	cs := &clientState{hash: h, bucket: b, window: l.reg.view.window, created: created}
+	l.reg.clients[h] = cs
+	return cs
+}
+
+func (l *Limiter) refuse(t int64, h uint64) Decision {
+	if len(l.reg.refused) >= localCacheMax {
+		clear(l.reg.refused)
+	}
+	l.reg.refused[h] = l.reg.view.id
+	return l.tableFull(t)
+}
+
+func (l *Limiter) flushDue(cs *clientState) bool {
+	return cs.unflushed > 0 && cs.unflushed >= max(1, cs.flushed/flushDivisor)
+}
+
+// Decisions.
+
+func (l *Limiter) untilWindowEnd(t int64) time.Duration {
+	return untilWindowEnd(&l.reg.view, &l.cfg, t)
+}
+
+func (l *Limiter) admit(t int64, cs *clientState) Decision {
+	return Decision{
+		Allowed:   true,
+		Reason:    ReasonOK,
+		Limit:     cs.share,
+		Remaining: max(0, cs.share-cs.granted) + cs.lease,
+		Reset:     l.untilWindowEnd(t),
+		Cycle:     cs.plan,
+		Window:    l.reg.view.window,
 	}
 }
 
-// admitNewcomer handles a client not registered in the cached cycle: it is
-// registered by an early rollover when MinCycle allows one, and otherwise
-// recorded as pending and told when to come back.
-func (l *Limiter) admitNewcomer(t int64, h uint64) Decision {
-	if slot, ok := l.index[h]; ok && slot < 0 && !earlyAllowed(&l.hdr, &l.cfg, t) {
-		return l.pending(t) // known pending, still waiting: no store access
+// overLimit: the client used its share, or the window's budget is spent.
+// A client registered in this window with nothing to take (the budget was
+// spent when it arrived) waits for the next window instead.
+func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
+	reset := l.untilWindowEnd(t)
+	reason := ReasonOverLimit
+	if cs.fresh && cs.share == 0 {
+		reason = ReasonPending
 	}
-	if _, ok := l.index[h]; !ok && l.full() && !isDue(&l.hdr, &l.cfg, t) {
-		return l.reject(ReasonTableFull, l.untilDeadline(t), l.untilDeadline(t))
+	d := l.reject(reason, reset, reset)
+	d.Limit = cs.share
+	d.Cycle = cs.plan
+	return d
+}
+
+func (l *Limiter) pending(t int64) Decision {
+	return l.reject(ReasonPending, l.untilWindowEnd(t), untilReplan(&l.reg.view, &l.cfg, t))
+}
+
+func (l *Limiter) tableFull(t int64) Decision {
+	reset := l.untilWindowEnd(t)
+	return l.reject(ReasonTableFull, reset, reset)
+}
+
+func (l *Limiter) reject(reason Reason, reset, retryAfter time.Duration) Decision {
+	return Decision{
+		Allowed:     l.cfg.Passthrough,
+		WouldReject: true,
+		Reason:      reason,
+		Reset:       reset,
+		RetryAfter:  retryAfter,
+		Cycle:       l.reg.view.id,
+		Window:      l.reg.view.window,
 	}
-	if err := l.refreshHeader(); err != nil {
-		return l.failure(t)
+}
+
+// failure is the decision when shared state is unavailable: admit unless
+// FailureModeDeny, and in that case ask the client to retry in a second.
+func (l *Limiter) failure(t int64) Decision {
+	deny := l.cfg.FailureModeDeny
+	return Decision{
+		Allowed:     !deny || l.cfg.Passthrough,
+		WouldReject: deny,
+		Reason:      ReasonStoreFailure,
+		Reset:       l.untilWindowEnd(t),
+		RetryAfter:  time.Second,
+		Cycle:       l.reg.view.id,
+		Window:      l.reg.view.window,
 	}
-	if slot, ok := l.index[h]; ok && slot >= 0 {
-		return l.admitKnown(t, slot)
-	}
-	if earlyAllowed(&l.hdr, &l.cfg, t) || isDue(&l.hdr, &l.cfg, t) {
-		if err := l.rollover(t, []uint64{h}); err != nil {
-			return l.failure(t)
-		}
-		if slot, ok := l.index[h]; ok && slot >= 0 {
-			return l.admitKnown(t, slot)
-		}
-		// Another worker's rollover came first without registering h, so
-		// the next early one is MinCycle away: h waits as pending.
-	}
-	added, err := l.addPending(h)
-	if err != nil {
-		return l.failure(t)
-	}
-	if !added {
-		return l.reject(ReasonTableFull, l.untilDeadline(t), l.untilDeadline(t))
-	}
-	return l.pending(t)
 }

@@ -74,7 +74,7 @@ func TestLimiterRejectionsCarryHeaders(t *testing.T) {
 		t.Fatalf("admitted %d of 41, want the whole capacity 40", admitted)
 	}
 	want := Decision{Allowed: false, WouldReject: true, Reason: ReasonOverLimit, Limit: 40,
-		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Cycle: d.Cycle}
+		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Cycle: d.Cycle, Window: d.Window}
 	if d != want {
 		t.Fatalf("decision = %+v\nwant       %+v", d, want)
 	}
@@ -96,38 +96,60 @@ func TestAnonymousIsRejectedWithoutState(t *testing.T) {
 	}
 }
 
-func TestNewcomerEndsCycleEarlyAndGetsShareAtOnce(t *testing.T) {
+func TestNewcomerReplansTheRestOfTheWindow(t *testing.T) {
 	l := newLimiter(t, testConfig(), NewMemStore())
 	send(l, t0, "A", 5)
 	first := l.Snapshot()
 	d := l.AdmitAt(t0.Add(2*time.Second), "B") // after MinCycle
-	if !d.Allowed || d.Cycle != first.Cycle+1 {
-		t.Fatalf("newcomer: %+v, want admitted in a new cycle", d)
+	if !d.Allowed || d.Cycle != first.Cycle+1 || d.Window != first.Window {
+		t.Fatalf("newcomer: %+v, want admitted under a re-plan of the same window", d)
 	}
 	s := l.Snapshot()
-	if !s.Early || !s.Deadline.Equal(t0.Add(12*time.Second)) {
-		t.Fatalf("snapshot %+v, want an early cycle ending 10s after the rollover", s)
+	if !s.Early || !s.Deadline.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("snapshot %+v, want a re-plan that keeps the window's deadline", s)
 	}
-	// A asked 5 in 2 s, which scales to 25 per full cycle; B counts as the
-	// default share 20. Seed: A gets D + loan = 20 + min(5, 5/5*0) = 20.
-	if a, b := shareOf(l, "A"), shareOf(l, "B"); a+b != 40 || b < 1 {
-		t.Fatalf("shares A=%d B=%d, want a split of 40 with B served", a, b)
+	// Both are new in this window, so both count as the default share 20.
+	// A was granted 5 already: it may take 15 more; B takes 20; 5 + 15 +
+	// 20 is the window's 40.
+	if a, b := shareOf(l, "A"), shareOf(l, "B"); a != 20 || b != 20 {
+		t.Fatalf("shares A=%d B=%d, want 20 and 20", a, b)
+	}
+	admitted, _ := send(l, t0.Add(3*time.Second), "A", 40)
+	more, _ := send(l, t0.Add(4*time.Second), "B", 40)
+	if total := 5 + admitted + 1 + more; total != 40 {
+		t.Fatalf("the window admitted %d, want exactly its capacity 40", total)
 	}
 }
 
-func TestEarlyDemandIsScaledToAFullCycle(t *testing.T) {
+// allocateInOrder is Allocate over clients named in registration order,
+// which is how the engine breaks rounding ties too.
+func allocateInOrder(capacity int64, reservation float64, names []string, demand map[string]int64) map[string]int64 {
+	ds := make([]int64, len(names))
+	for i, c := range names {
+		ds[i] = demand[c]
+	}
+	out := map[string]int64{}
+	for i, s := range Allocate(capacity, reservation, ds) {
+		out[names[i]] = s
+	}
+	return out
+}
+
+// A client that arrives mid-window has its first window's demand scaled to
+// a full window, from its arrival.
+func TestPartialFirstWindowIsScaled(t *testing.T) {
 	cfg := testConfig()
 	l := newLimiter(t, cfg, NewMemStore())
 	if err := l.RegisterAt(t0, "A", "B", "C", "D"); err != nil {
 		t.Fatal(err)
 	}
-	send(l, t0.Add(time.Millisecond), "A", 3) // 3 in 2.5 s: 12 per 10 s
-	l.AdmitAt(t0.Add(2500*time.Millisecond), "E")
-	// Rollover demand: A=12 (scaled), B=C=D=0, E=D=8 as newcomer.
-	want := Seed{Reservation: 0.1}.Allocate(nil, 40, []float64{(3 + 0) * 4, 0, 0, 0, 8})
-	for i, c := range []string{"A", "B", "C", "D", "E"} {
-		if got := shareOf(l, c); got != want[i] {
-			t.Fatalf("client %s share %d, want %d (all %v)", c, got, want[i], want)
+	send(l, t0.Add(time.Millisecond), "A", 3)
+	send(l, t0.Add(7500*time.Millisecond), "E", 3) // 3 in 2.5 s: 12 per 10 s
+	l.TickAt(t0.Add(10 * time.Second))
+	want := allocateInOrder(40, cfg.Reservation, []string{"A", "B", "C", "D", "E"}, map[string]int64{"A": 3, "E": 12})
+	for c, share := range want {
+		if got := shareOf(l, c); got != share {
+			t.Fatalf("client %s share %d, want %d (all %v)", c, got, share, want)
 		}
 	}
 }
@@ -149,10 +171,13 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	}
 	d = l.AdmitAt(t0.Add(time.Second), "B")
 	if !d.Allowed || d.Cycle != before+1 {
-		t.Fatalf("after MinCycle: %+v, want B admitted in the early cycle", d)
+		t.Fatalf("after MinCycle: %+v, want B admitted under the re-plan", d)
 	}
 	if got := l.ActiveClients(); got != 102 {
 		t.Fatalf("active clients %d, want A, B and the 100 pending ids registered together", got)
+	}
+	if s := l.Snapshot(); !s.Deadline.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("the re-plan moved the deadline to %v", s.Deadline)
 	}
 }
 
@@ -290,9 +315,9 @@ func TestKeySetIsBounded(t *testing.T) {
 	}
 }
 
-// Newcomers ending cycles early, MinCycle apart, do not age quiet clients:
-// only full cycles of silence count towards IdleCycles.
-func TestEarlyRolloversDoNotAgeQuietClients(t *testing.T) {
+// Re-plans for newcomers, MinCycle apart, do not age quiet clients: only
+// whole windows of silence count towards IdleCycles.
+func TestReplansDoNotAgeQuietClients(t *testing.T) {
 	cfg := testConfig()
 	cfg.IdleCycles = 2
 	l := newLimiter(t, cfg, NewMemStore())
@@ -302,25 +327,23 @@ func TestEarlyRolloversDoNotAgeQuietClients(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		at := t0.Add(time.Duration(i) * 1100 * time.Millisecond)
 		if d := l.AdmitAt(at, fmt.Sprintf("new-%d", i)); !d.Allowed || !l.Snapshot().Early {
-			t.Fatalf("newcomer %d: %+v, want admitted by an early rollover", i, d)
+			t.Fatalf("newcomer %d: %+v, want admitted by a re-plan", i, d)
 		}
 	}
+	l.TickAt(t0.Add(20 * time.Second)) // quiet in windows 1 and 2 after arriving in 0
 	if _, ok := l.Snapshot().Clients[HashID("quiet")]; !ok {
-		t.Fatal("five early rollovers in 5.5 s made a quiet client forgotten")
+		t.Fatal("five re-plans and two quiet windows made a client forgotten")
 	}
-	// Two full cycles of silence do.
-	l.TickAt(t0.Add(5500*time.Millisecond + 10*time.Second))
-	l.TickAt(t0.Add(5500*time.Millisecond + 20*time.Second))
+	l.TickAt(t0.Add(30 * time.Second))
 	if _, ok := l.Snapshot().Clients[HashID("quiet")]; ok {
-		t.Fatal("quiet client still registered after two full idle cycles")
+		t.Fatal("quiet client still counted after more than two idle windows")
 	}
 }
 
-func TestFirstCycleIsStartedEarlyByItsFirstClient(t *testing.T) {
+func TestFirstClientNeverWaits(t *testing.T) {
 	l := newLimiter(t, testConfig(), NewMemStore())
-	l.AdmitAt(t0, "first")
-	if !l.Snapshot().Early {
-		t.Fatal("the first cycle, started by a newcomer, is not reported as early")
+	if d := l.AdmitAt(t0.Add(5*time.Second), "first"); !d.Allowed || d.Limit != 40 {
+		t.Fatalf("first client: %+v, want admitted with the whole capacity", d)
 	}
 }
 
@@ -391,58 +414,27 @@ func TestOverlappingConfigsKeepTheCap(t *testing.T) {
 	}
 }
 
-// A slot stamped with a cycle that does not exist (a bad writer) makes its
-// client over limit for the cycle, never fail open, and the next rollover
-// resets it.
-func TestFutureSlotIsRepairedNotFailedOpen(t *testing.T) {
+// An entry naming a plan that does not exist (a bad writer) makes its
+// client over limit for the window, never fail open, and the next plan
+// resets its bucket: the client comes back as a newcomer.
+func TestFutureEntryIsRepairedNotFailedOpen(t *testing.T) {
 	store := NewMemStore()
 	cfg := testConfig()
 	l := newLimiter(t, cfg, store)
 	if err := l.RegisterAt(t0, "X"); err != nil {
 		t.Fatal(err)
 	}
-	bogus := appendSlot(nil, slotValue{cycle: 1 << 40, hash: HashID("X")})
-	if err := store.Set(cfg.KeyPrefix+"/s/0", bogus, 0); err != nil {
+	key := l.reg.key(l.reg.home(HashID("X")))
+	bogus := appendBucket(nil, &bucketVal{entries: []entry{{hash: HashID("X"), plan: 1 << 40, share: 40, window: l.reg.view.window, active: l.reg.view.window}}})
+	if err := store.Set(key, bogus, 0); err != nil {
 		t.Fatal(err)
 	}
 	d := l.AdmitAt(t0.Add(time.Second), "X")
 	if d.Allowed || d.Reason != ReasonOverLimit {
-		t.Fatalf("decision on a future-stamped slot = %+v, want over_limit", d)
+		t.Fatalf("decision on a future-stamped entry = %+v, want over_limit", d)
 	}
 	if d := l.AdmitAt(t0.Add(10*time.Second), "X"); !d.Allowed {
-		t.Fatalf("after the rollover: %+v, want the slot reset and X admitted", d)
-	}
-}
-
-// A worker whose table is smaller than the running header never writes
-// its cut view back: the other config's clients stay registered.
-func TestTruncatedViewIsNeverWrittenBack(t *testing.T) {
-	store := NewMemStore()
-	big := testConfig()
-	big.MaxClients = 10
-	old := newLimiter(t, big, store)
-	if err := old.RegisterAt(t0, "a", "b", "c", "d", "e"); err != nil {
-		t.Fatal(err)
-	}
-	// Free the first slots, so the cut view has room and looks not full.
-	for c := 1; c <= 3; c++ {
-		at := t0.Add(time.Duration(c) * 10 * time.Second)
-		old.TickAt(at)
-		send(old, at.Add(time.Second), "e", 1)
-	}
-	small := testConfig()
-	small.MaxClients = 2
-	cur := newLimiter(t, small, store)
-	// Within min_cycle of the running cycle's start, the newcomer would be
-	// recorded as pending: a header write that must not happen from a cut
-	// view.
-	at := t0.Add(30*time.Second + 100*time.Millisecond)
-	if d := cur.AdmitAt(at, "newcomer"); d.Allowed || d.Reason != ReasonTableFull {
-		t.Fatalf("newcomer on a cut view: %+v, want table_full", d)
-	}
-	old.TickAt(at.Add(100 * time.Millisecond))
-	if _, ok := old.Snapshot().Clients[HashID("e")]; !ok {
-		t.Fatal("the other config's client was dropped by a cut view written back")
+		t.Fatalf("after the next window's plan: %+v, want the bucket reset and X admitted", d)
 	}
 }
 
@@ -467,23 +459,23 @@ func TestSilentClientsAgeUnderChurn(t *testing.T) {
 	}
 }
 
-// A header that decodes but cannot be right (a cycle that never ends) is
-// treated as unreadable and reset, rather than locking clients out.
-func TestImpossibleHeaderIsReset(t *testing.T) {
+// A plan that decodes but cannot be right (a capacity of 0) is treated as
+// unreadable and replaced by a plan whose id is above every id in use,
+// rather than locking clients out.
+func TestImpossiblePlanIsReset(t *testing.T) {
 	store := NewMemStore()
 	cfg := testConfig()
-	bogus := appendHeader(nil, &header{cycle: 7, start: t0.UnixNano(), deadline: t0.Add(1000 * time.Hour).UnixNano(),
-		clients: []clientEntry{{hash: 99, share: 40}}})
-	if err := store.Set(cfg.KeyPrefix+"/h", bogus, 0); err != nil {
+	bogus := appendPlan(nil, &plan{id: 7, roll: 7, window: windowIndex(t0.UnixNano(), &cfg), capacity: 0, buckets: 128, n: 1, scale: 1})
+	if err := store.Set(cfg.KeyPrefix+"/p", bogus, 0); err != nil {
 		t.Fatal(err)
 	}
-	obs := &countingObserver{}
-	l, err := New(cfg, store, WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
+	l := newLimiter(t, cfg, store)
+	d := l.AdmitAt(t0.Add(time.Second), "real")
+	if !d.Allowed {
+		t.Fatalf("a real client behind an impossible plan: %+v", d)
 	}
-	if d := l.AdmitAt(t0.Add(time.Second), "real"); !d.Allowed {
-		t.Fatalf("a real client behind an impossible header: %+v", d)
+	if d.Cycle < planResetJump {
+		t.Fatalf("plan id %d after a reset, want a jump of at least %d", d.Cycle, planResetJump)
 	}
 }
 
@@ -497,13 +489,13 @@ func TestCorruptSlotRejectsLocally(t *testing.T) {
 	if err := l.RegisterAt(t0, "X"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Set(cfg.KeyPrefix+"/s/0", []byte("garbage"), 0); err != nil {
+	if err := store.Set(l.reg.key(l.reg.home(HashID("X"))), []byte("garbage"), 0); err != nil {
 		t.Fatal(err)
 	}
 	store.ops.Store(0)
 	admitted, _ := send(l, t0.Add(time.Second), "X", 1000)
 	if admitted != 0 {
-		t.Fatalf("admitted %d from a corrupt slot, want 0 until the roller resets it", admitted)
+		t.Fatalf("admitted %d from a corrupt bucket, want 0 until the roller resets it", admitted)
 	}
 	// Written-back demand grows geometrically (1/16 steps), so 1000
 	// attempts re-read the slot about 16·ln(1000)+16 ≈ 127 times, not 1000.
@@ -521,3 +513,64 @@ type resetCounter struct {
 }
 
 func (r *resetCounter) ValueReset(string, error) { r.n++ }
+
+// The worked example of docs/contract.md: capacity 40, four clients with
+// the shares 5/15/10/10 of the product description's second window, and a
+// fifth joining 4 s into it, when 20 units of the window are used.
+func TestContractWorkedExample(t *testing.T) {
+	l := newLimiter(t, testConfig(), NewMemStore())
+	clients := []string{"A", "B", "C", "D"}
+	if err := l.RegisterAt(t0, clients...); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{2, 15, 10, 10} { // window 1's demand
+		send(l, t0.Add(time.Second), clients[i], n)
+	}
+	w2 := t0.Add(10 * time.Second)
+	l.TickAt(w2)
+	for i, want := range []int64{5, 15, 10, 10} {
+		if got := shareOf(l, clients[i]); got != want {
+			t.Fatalf("window 2: %s share %d, want %d", clients[i], got, want)
+		}
+	}
+	for i, n := range []int{2, 9, 5, 4} { // 20 of the 40 used by 4 s
+		if admitted, _ := send(l, w2.Add(time.Second), clients[i], n); admitted != n {
+			t.Fatalf("%s admitted %d of %d within its share", clients[i], admitted, n)
+		}
+	}
+	d := l.AdmitAt(w2.Add(4*time.Second), "E")
+	if !d.Allowed || d.Limit != 8 {
+		t.Fatalf("E: %+v, want admitted with a share of 8", d)
+	}
+	for i, want := range []int64{2, 12, 9, 9, 8} {
+		if c := append(clients, "E")[i]; shareOf(l, c) != want {
+			t.Fatalf("after the re-plan: %s share %d, want %d", c, shareOf(l, c), want)
+		}
+	}
+	total := 20 + 1
+	for _, c := range append(clients, "E") {
+		admitted, _ := send(l, w2.Add(5*time.Second), c, 20)
+		total += admitted
+	}
+	if total != 40 {
+		t.Fatalf("window 2 admitted %d, want exactly 40", total)
+	}
+}
+
+// A newcomer waiting in the last place of the table is registered by its
+// own request once MinCycle has passed, without waiting for a tick.
+func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxClients = 2
+	l := newLimiter(t, cfg, NewMemStore())
+	send(l, t0, "a", 1)
+	if d := l.AdmitAt(t0.Add(100*time.Millisecond), "b"); d.Reason != ReasonPending {
+		t.Fatalf("b: %+v, want pending", d)
+	}
+	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "c"); d.Reason != ReasonTableFull {
+		t.Fatalf("c: %+v, want table_full", d)
+	}
+	if d := l.AdmitAt(t0.Add(1100*time.Millisecond), "b"); !d.Allowed {
+		t.Fatalf("b after MinCycle: %+v, want admitted", d)
+	}
+}

@@ -34,14 +34,14 @@ func TestParseConfigDefaults(t *testing.T) {
 func TestParseConfigEveryField(t *testing.T) {
 	cfg, err := ParseConfig([]byte(`{
 		"capacity": 1000, "cycle": "1m", "reservation": 0.25, "client_header": "X-Tenant",
-		"mode": "passthrough", "max_clients": 65535, "idle_cycles": 7, "min_cycle": "1m",
+		"mode": "passthrough", "max_clients": 100000, "idle_cycles": 7, "min_cycle": "1m",
 		"failure_mode_deny": true, "rate_limit_headers": "ietf", "headers_on_allowed": false,
 		"status_code": 503, "max_client_id_bytes": 4096, "name": "api_v2", "debug_headers": true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := cfg.Engine
-	if e.Capacity != 1000 || e.Cycle != time.Minute || e.Reservation != 0.25 || e.MaxClients != 65535 ||
+	if e.Capacity != 1000 || e.Cycle != time.Minute || e.Reservation != 0.25 || e.MaxClients != 100000 ||
 		e.IdleCycles != 7 || e.MinCycle != time.Minute || !e.FailureModeDeny || !e.Passthrough ||
 		e.KeyPrefix != "borrowcycle/api_v2" {
 		t.Errorf("engine config = %+v", e)
@@ -121,8 +121,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{withField(`"mode": "shadow"`), `mode: must be one of "enforce", "passthrough", got "shadow"`},
 		{withField(`"mode": "Enforce"`), `mode: must be one of "enforce", "passthrough", got "Enforce"`},
 		{withField(`"mode": true`), `mode: must be a string, got a boolean`},
-		{withField(`"max_clients": 0`), `max_clients: must be an integer in [1, 65535], got 0`},
-		{withField(`"max_clients": 65536`), `max_clients: must be an integer in [1, 65535], got 65536`},
+		{withField(`"max_clients": 0`), `max_clients: must be an integer in [1, 100000], got 0`},
+		{withField(`"max_clients": 100001`), `max_clients: must be an integer in [1, 100000], got 100001`},
 		{withField(`"max_clients": [1]`), `max_clients: must be a number, got an array`},
 		{withField(`"idle_cycles": 0`), `idle_cycles: must be an integer in [1, 65536], got 0`},
 		{withField(`"idle_cycles": 65537`), `idle_cycles: must be an integer in [1, 65536], got 65537`},

@@ -42,7 +42,7 @@ func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
 		{`{"capacity": 10, "cycle": "10s", "reservation": 1.5}`, "reservation"},
 		{`{"capacity": 10, "cycle": "10s", "client_header": "x client"}`, "client_header"},
 		{`{"capacity": 10, "cycle": "10s", "mode": "shadow"}`, "mode"},
-		{`{"capacity": 10, "cycle": "10s", "max_clients": 70000}`, "max_clients"},
+		{`{"capacity": 10, "cycle": "10s", "max_clients": 100001}`, "max_clients"},
 		{`{"capacity": 10, "cycle": "10s", "idle_cycles": 0}`, "idle_cycles"},
 		{`{"capacity": 10, "cycle": "10s", "min_cycle": "11s"}`, "min_cycle"},
 		{`{"capacity": 10, "cycle": "10s", "failure_mode_deny": "yes"}`, "failure_mode_deny"},
@@ -337,28 +337,28 @@ func allBytes() string {
 func TestMetricValues(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "min_cycle": "2s", "max_clients": 2, "name": "m"}`)
-		h.from("a") // first client: registers at once, a cycle started by a newcomer (early)
+		h.from("a") // first client: registers at once, in the plan of its window
 		if got := h.counter("borrowcycle.m.requests_allowed"); got != 0 {
 			t.Errorf("requests_allowed = %d before any tick: counted by a host call per request", got)
 		}
 		h.from("b") // pending: min_cycle not reached
 		h.from("c") // table_full: a + pending b fill 2 slots
 		h.advance(2 * time.Second)
-		h.from("b")           // early rollover registers b (early)
-		h.admittedOf("a", 10) // a's share is 5 after the early rollover
+		h.from("b")           // a re-plan of the window registers b (early)
+		h.admittedOf("a", 10) // a's share is 5 after the re-plan, of which it used 1
 		h.request()
 		h.advance(10 * time.Second)
-		h.Tick() // deadline rollover (deadline)
+		h.Tick() // the next window's plan (deadline)
 		h.flushMetrics()
 		h.checkCounters("borrowcycle.m.", map[string]uint64{
-			"requests_allowed":                7, // a: 1+5, b: 1
+			"requests_allowed":                6, // a: 1+4, b: 1
 			"requests_rejected.pending":       1,
 			"requests_rejected.table_full":    1,
-			"requests_rejected.over_limit":    5,
+			"requests_rejected.over_limit":    6,
 			"requests_rejected.anonymous":     1,
 			"requests_rejected.store_failure": 0,
-			"rollovers.early":                 2,
-			"rollovers.deadline":              1,
+			"rollovers.early":                 1, // the re-plan for b
+			"rollovers.deadline":              2, // the first window's plan, and the next one's
 			"cas_retries":                     0,
 			"store_failures":                  0,
 			"panics":                          0,
@@ -390,7 +390,7 @@ func TestCorruptSharedStateIsReset(t *testing.T) {
 		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "name": "corrupt"}`)
 		h.from("a")
 		// The test host's shared data is the plugin's, in both runners.
-		corruptSharedData(t, "borrowcycle/corrupt/h")
+		corruptSharedData(t, "borrowcycle/corrupt/p")
 		h.advance(10 * time.Second)
 		if r := h.from("a"); !r.admitted() {
 			t.Fatalf("request after corruption rejected: %+v", r.headers)

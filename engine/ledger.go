@@ -1,0 +1,263 @@
+package engine
+
+import "errors"
+
+// ledger alone grants units. It keeps the two invariants of the engine:
+//
+//   - per client: an entry's granted never exceeds its share under the
+//     entry's plan, because a lease takes at most share − granted under the
+//     CAS that makes it visible, and a rebase sets share = granted +
+//     allowance;
+//   - per window: the budget's granted never exceeds the capacity in force
+//     for the window, because every lease first takes its units from the
+//     budget, under the budget's CAS, and gives back what it does not use.
+//
+// A worker admits only from units it leased, each unit once, so what a
+// window admits is at most what its budget granted.
+type ledger struct {
+	reg *registry
+	cfg *Config
+}
+
+// clientState is what this worker holds for one counted client.
+type clientState struct {
+	hash      uint64
+	bucket    int
+	created   uint64 // the entry's created: tells a re-registered client's entry apart
+	plan      uint64 // plan the share is under (the share period)
+	window    int64  // window the lease and counts belong to
+	share     int64
+	granted   int64  // the entry's granted at the last sync
+	lease     int64  // units this worker may still admit without the store
+	unflushed int64  // units asked for here, not yet written to the entry
+	flushed   int64  // units this worker wrote in window
+	fresh     bool   // registered in this window (counts as a newcomer)
+	exhausted bool   // nothing left (share or window budget) at the last sync
+	unusable  uint64 // plan id under which the entry was found unreadable
+	used      bool   // the lease was used since the last tick
+	dirty     bool   // in the tick list
+}
+
+// reset starts the client's state afresh for window k: leases and counts of
+// another window are over.
+func (cs *clientState) reset(k int64) {
+	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
+	cs.used, cs.exhausted, cs.unusable = false, false, 0
+}
+
+type syncResult uint8
+
+const (
+	syncOK      syncResult = iota
+	syncStale              // the entry or the budget is under a newer plan than the view
+	syncGone               // the client has no counted entry any more
+	syncPending            // the entry is not counted in the view yet
+	syncCorrupt            // the bucket holds an unreadable value
+	syncFailed             // the store failed or retries ran out
+)
+
+// Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
+// of the units the worker saw the client ask for this window.
+const (
+	leaseDivisor     = 16
+	leaseRateDivisor = 4
+)
+
+// leaseSize is how many units a worker takes in one lease, at least need:
+// at most 1/leaseDivisor of what is left of the share, so leases shrink as
+// it drains, and at most 1/leaseRateDivisor of what this worker saw, so a
+// worker that sees little of a client holds little of its share. Both bound
+// the capacity that can sit unused in a worker. 0 when need does not fit.
+func leaseSize(avail, need, seen int64) int64 {
+	if avail < need || need <= 0 {
+		return 0
+	}
+	return min(avail, max(need, min(avail/leaseDivisor, seen/leaseRateDivisor)))
+}
+
+// sync is the one read-modify-write of a client's entry: it rebases the
+// entry to the view's plan if needed, writes this worker's unwritten
+// demand, optionally returns its unused lease, and optionally leases at
+// least need more units (taking them from the window budget first).
+func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncResult) {
+	r := g.reg
+	p := &r.view
+	key := r.key(cs.bucket)
+	var inHand int64 // budget units taken and not yet in the entry
+	defer func() {
+		if inHand > 0 {
+			g.give(inHand)
+		}
+	}()
+	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
+		raw, cas, err := r.store.Get(key)
+		if errors.Is(err, ErrNotFound) {
+			return syncGone
+		}
+		if err != nil {
+			r.obs.StoreFailure("get bucket", err)
+			return syncFailed
+		}
+		if err := decodeBucket(raw, &r.bkt); err != nil {
+			r.obs.ValueReset(key, err)
+			return syncCorrupt
+		}
+		i := -1
+		for j := range r.bkt.entries {
+			if r.bkt.entries[j].hash == cs.hash {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			return syncGone
+		}
+		e := r.bkt.entries[i]
+		switch {
+		case e.plan > p.id:
+			return syncStale
+		case !registered(&e, p):
+			return syncPending
+		case expired(&e, p, g.cfg):
+			return syncGone
+		case e.plan < p.id:
+			rebase(&e, p, r.pol, g.cfg)
+		}
+		if cs.window != e.window || cs.created != e.created {
+			// Counts and leases of another window, or of an earlier entry
+			// of this client (its bucket was reset), are over here.
+			cs.reset(e.window)
+			cs.created = e.created
+		}
+		e.demand += cs.unflushed
+		if e.demand > 0 {
+			e.active = max(e.active, e.window)
+		}
+		var ret int64
+		if returnLease {
+			ret = min(cs.lease, e.granted)
+			e.granted -= ret
+		}
+		var take int64
+		budgetShort := false // the share has room but the window does not
+		if need > 0 {
+			want := leaseSize(e.share-e.granted, need, cs.flushed+cs.unflushed)
+			if want > inHand {
+				got, ok := g.take(want - inHand)
+				if !ok {
+					return syncStale
+				}
+				inHand += got
+			}
+			if inHand >= need {
+				take = min(want, inHand)
+			} else {
+				budgetShort = want > 0
+			}
+			e.granted += take
+		}
+		r.bkt.entries[i] = e
+		r.buf = appendBucket(r.buf, &r.bkt)
+		err = r.store.Set(key, r.buf, cas)
+		if errors.Is(err, ErrCASMismatch) {
+			r.obs.CASRetry()
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("set bucket", err)
+			return syncFailed
+		}
+		inHand -= take
+		if ret > 0 {
+			g.give(ret)
+		}
+		cs.flushed += cs.unflushed
+		cs.unflushed = 0
+		cs.lease += take - ret
+		cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
+		cs.fresh = isNew(&e, p)
+		// A request costing more than is left is refused without making
+		// the client exhausted: a cheaper one may still fit.
+		cs.exhausted = e.granted >= e.share || budgetShort
+		return syncOK
+	}
+	r.obs.StoreFailure("sync client", ErrRetriesExhausted)
+	return syncFailed
+}
+
+// take draws up to n units from the window budget. It reports false when
+// the budget belongs to a newer plan's window than the view (the view is
+// stale). An unreadable budget grants nothing: it may hide grants, and only
+// the next roller may reset it.
+func (g *ledger) take(n int64) (int64, bool) {
+	return g.adjust(n)
+}
+
+// give returns n units to the window budget (a lease returned, or units
+// taken for a lease that was not written).
+func (g *ledger) give(n int64) { g.adjust(-n) }
+
+// adjust moves the budget's granted by delta (positive: a take, limited to
+// what is left). It is the one read-modify-write of the budget key.
+func (g *ledger) adjust(delta int64) (int64, bool) {
+	r := g.reg
+	p := &r.view
+	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
+		raw, cas, err := r.store.Get(r.budgetKey)
+		var v budget
+		switch {
+		case errors.Is(err, ErrNotFound):
+			v, cas = budget{}, casCreate
+		case err != nil:
+			r.obs.StoreFailure("get budget", err)
+			return 0, true
+		default:
+			if v, err = decodeBudget(raw); err != nil {
+				r.obs.ValueReset(r.budgetKey, err)
+				return 0, true
+			}
+		}
+		changed := cas == casCreate
+		switch {
+		case v.roll > p.roll:
+			return 0, false
+		case v.roll < p.roll && v.window == p.window && cas != casCreate:
+			// The same window under a later roll (a plan reset): its grants
+			// still count.
+			v.roll, changed = p.roll, true
+		case v.roll < p.roll:
+			if delta < 0 {
+				return 0, true // a return to a window that is over
+			}
+			v, changed = budget{window: p.window, roll: p.roll, capacity: g.cfg.Capacity}, true
+		}
+		if g.cfg.Capacity < v.capacity {
+			// A smaller capacity takes effect at once for the rest of the
+			// window; a larger one only from the next window.
+			v.capacity, changed = g.cfg.Capacity, true
+		}
+		var moved int64
+		if delta > 0 {
+			moved = min(delta, max(0, v.capacity-v.granted))
+		} else {
+			moved = -min(-delta, v.granted)
+		}
+		if moved == 0 && !changed {
+			return 0, true
+		}
+		v.granted += moved
+		r.buf = appendBudget(r.buf, v)
+		err = r.store.Set(r.budgetKey, r.buf, cas)
+		if errors.Is(err, ErrCASMismatch) {
+			r.obs.CASRetry()
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("set budget", err)
+			return 0, true
+		}
+		return max(moved, 0), true
+	}
+	r.obs.StoreFailure("budget", ErrRetriesExhausted)
+	return 0, true
+}

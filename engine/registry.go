@@ -1,0 +1,489 @@
+package engine
+
+import (
+	"errors"
+	"strconv"
+)
+
+// registry owns a worker's cached view of the shared state that says who
+// is counted and how shares are derived: the plan key, and the buckets of
+// client entries. It reads the plan (small, fixed size) to notice changes,
+// reads one bucket to find or register one client, and reads every bucket
+// only to compute a plan. It never decides admissions: the ledger does.
+type registry struct {
+	cfg   *Config
+	pol   compactPolicy
+	store Store
+	obs   Observer
+
+	planKey   string
+	budgetKey string
+	prefix    string
+	nb        int // buckets: a power of two, about MaxClients/16
+	keys      []string
+
+	view    plan   // the plan as last read (id 0: none yet)
+	viewCAS uint32 // CAS of view as read; 0 when unknown (then re-read before writing)
+	viewBad bool   // the value at viewCAS is unreadable: only a roller may replace it
+
+	clients map[uint64]*clientState // counted clients this worker has seen
+	waiting map[uint64]uint64       // newcomers told "pending" -> plan id then
+	refused map[uint64]uint64       // newcomers told "table_full" -> plan id then
+
+	budgetRoll uint64 // the budget's roll id at the last budgetLeft
+
+	buf     []byte
+	bkt     bucketVal
+	scratch planScratch
+	corrupt []corruptKey
+}
+
+type corruptKey struct {
+	bucket int
+	cas    uint32
+}
+
+// maxProbe bounds how many buckets a client may be placed in past its home
+// bucket. With buckets of 32 and at most MaxClients/8·32 ≥ 4·MaxClients
+// places, a home bucket overflows only for astronomically unlucky ids.
+const maxProbe = 4
+
+// localCacheMax bounds the local caches of refused and pending newcomers:
+// when one is full it is cleared, so a flood costs memory O(1).
+const localCacheMax = 1 << 14
+
+func newRegistry(cfg *Config, store Store, obs Observer) *registry {
+	nb := 1
+	for nb*16 < cfg.MaxClients {
+		nb <<= 1
+	}
+	return &registry{
+		cfg:       cfg,
+		pol:       cfg.policy(),
+		store:     store,
+		obs:       obs,
+		planKey:   cfg.KeyPrefix + "/p",
+		budgetKey: cfg.KeyPrefix + "/w",
+		prefix:    cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/",
+		nb:        nb,
+		keys:      make([]string, nb),
+		clients:   make(map[uint64]*clientState),
+		waiting:   make(map[uint64]uint64),
+		refused:   make(map[uint64]uint64),
+	}
+}
+
+func (r *registry) key(b int) string {
+	if r.keys[b] == "" {
+		r.keys[b] = r.prefix + strconv.Itoa(b)
+	}
+	return r.keys[b]
+}
+
+// home is a client's first bucket.
+func (r *registry) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(r.nb-1)) }
+
+// read reads the plan key into the view. It reports corrupt when the value
+// cannot be trusted; the view is then left as it was, with viewCAS set to
+// the unreadable value's CAS so that a roller can replace it.
+func (r *registry) read() (corrupt bool, err error) {
+	raw, cas, err := r.store.Get(r.planKey)
+	if errors.Is(err, ErrNotFound) {
+		r.view, r.viewCAS, r.viewBad = plan{window: r.view.window}, casCreate, false
+		return false, nil
+	}
+	if err != nil {
+		r.obs.StoreFailure("get plan", err)
+		return false, err
+	}
+	if cas == r.viewCAS {
+		return r.viewBad, nil
+	}
+	var p plan
+	if err := decodePlan(raw, &p); err != nil {
+		r.obs.ValueReset(r.planKey, err)
+		r.viewCAS, r.viewBad = cas, true
+		return true, nil
+	}
+	if p.id < r.view.id {
+		// A plan id never goes back; an older one can only be a bad
+		// writer's. Keep what we know and let a roller replace it.
+		r.obs.ValueReset(r.planKey, errCorrupt)
+		r.viewCAS, r.viewBad = cas, true
+		return true, nil
+	}
+	r.adopt(p, cas)
+	return false, nil
+}
+
+// adopt makes p the view. Local caches keyed by plan id expire with it.
+func (r *registry) adopt(p plan, cas uint32) {
+	if p.id != r.view.id {
+		clear(r.waiting)
+		clear(r.refused)
+		if p.window != r.view.window {
+			for h, cs := range r.clients {
+				if cs.window < p.window-1 || cs.window > p.window {
+					delete(r.clients, h)
+				}
+			}
+		}
+	}
+	r.view, r.viewCAS, r.viewBad = p, cas, false
+}
+
+// find looks a client up: its bucket and entry, if it has one.
+func (r *registry) find(h uint64) (b int, e entry, found bool, err error) {
+	b = r.home(h)
+	for probe := 0; probe <= maxProbe; probe++ {
+		raw, _, err := r.store.Get(r.key(b))
+		if errors.Is(err, ErrNotFound) {
+			return 0, entry{}, false, nil
+		}
+		if err != nil {
+			r.obs.StoreFailure("get bucket", err)
+			return 0, entry{}, false, err
+		}
+		if err := decodeBucket(raw, &r.bkt); err != nil {
+			r.obs.ValueReset(r.key(b), err)
+			return 0, entry{}, false, err
+		}
+		for _, x := range r.bkt.entries {
+			if x.hash == h {
+				return b, x, true, nil
+			}
+		}
+		if !r.bkt.overflow {
+			return 0, entry{}, false, nil
+		}
+		b = (b + 1) & (r.nb - 1)
+	}
+	return 0, entry{}, false, nil
+}
+
+// errFull: the newcomer cannot be registered (table or probe path full).
+var errFull = errors.New("client table full")
+
+// insert registers a newcomer as waiting for the next plan: it counts it in
+// the plan's pending (so that the table bound holds and a re-plan is
+// wanted), then writes its entry. Both are O(1): one small plan value and
+// one bucket.
+func (r *registry) insert(h uint64, t int64) error {
+	if r.view.id != 0 {
+		if err := r.countPending(); err != nil {
+			return err
+		}
+	}
+	k := windowIndex(t, r.cfg)
+	fresh := entry{hash: h, created: r.view.id, since: t, window: k, active: k}
+	b := r.home(h)
+	for probe := 0; probe <= maxProbe; probe++ {
+		placed, overflow, err := r.place(b, fresh)
+		if err != nil || placed {
+			return err
+		}
+		if !overflow {
+			return errFull
+		}
+		b = (b + 1) & (r.nb - 1)
+	}
+	return errFull
+}
+
+// countPending adds one to the plan's pending count, refusing when the
+// table is full.
+func (r *registry) countPending() error {
+	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
+		corrupt, err := r.read()
+		if err != nil {
+			return err
+		}
+		if corrupt {
+			return errCorrupt // a roller must replace the plan first
+		}
+		if r.view.id == 0 {
+			return nil // no plan yet: the first plan counts every entry
+		}
+		if int(r.view.n)+int(r.view.pending) >= r.cfg.MaxClients {
+			return errFull
+		}
+		next := r.view
+		next.pending++
+		r.buf = appendPlan(r.buf, &next)
+		err = r.store.Set(r.planKey, r.buf, r.viewCAS)
+		if errors.Is(err, ErrCASMismatch) {
+			r.obs.CASRetry()
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("set plan", err)
+			return err
+		}
+		r.adopt(next, 0)
+		return nil
+	}
+	r.obs.StoreFailure("count pending", ErrRetriesExhausted)
+	return ErrRetriesExhausted
+}
+
+// place writes e into bucket b if there is room (a free place, or the
+// client's own expired entry, or anyone's expired entry). It reports
+// overflow when b is full, after marking it so lookups probe on.
+func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
+	key := r.key(b)
+	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
+		raw, cas, err := r.store.Get(key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			r.bkt.overflow, r.bkt.entries, cas = false, r.bkt.entries[:0], casCreate
+		case err != nil:
+			r.obs.StoreFailure("get bucket", err)
+			return false, false, err
+		default:
+			if err := decodeBucket(raw, &r.bkt); err != nil {
+				r.obs.ValueReset(key, err)
+				return false, false, err
+			}
+		}
+		at := -1
+		for i := range r.bkt.entries {
+			x := &r.bkt.entries[i]
+			if x.hash == e.hash {
+				if !registered(x, &r.view) || !expired(x, &r.view, r.cfg) {
+					return true, false, nil // there already, counted or waiting
+				}
+				at = i // its own expired entry: a returning client
+				break
+			}
+			if at < 0 && registered(x, &r.view) && expired(x, &r.view, r.cfg) {
+				at = i
+			}
+		}
+		markOnly := false
+		switch {
+		case at >= 0:
+			r.bkt.entries[at] = e
+		case len(r.bkt.entries) < bucketSlots:
+			r.bkt.entries = append(r.bkt.entries, e)
+		case r.bkt.overflow:
+			return false, true, nil
+		default:
+			r.bkt.overflow, markOnly = true, true
+		}
+		r.buf = appendBucket(r.buf, &r.bkt)
+		err = r.store.Set(key, r.buf, cas)
+		if errors.Is(err, ErrCASMismatch) {
+			r.obs.CASRetry()
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("set bucket", err)
+			return false, false, err
+		}
+		return !markOnly, markOnly, nil
+	}
+	r.obs.StoreFailure("set bucket", ErrRetriesExhausted)
+	return false, false, ErrRetriesExhausted
+}
+
+// replan computes and publishes the next plan when transition (on a fresh
+// read of the plan) still asks for one; another worker may have done it.
+// Reading every bucket is the O(clients) part, at most once per MinCycle or
+// window. Publishing is one CAS on the plan key: of all workers that
+// compute a plan from the same one, exactly one wins, and the others adopt
+// its result. Returns the step taken (stepStay when none was needed).
+func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error) {
+	flushed := false
+	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
+		corrupt, err := r.read()
+		if err != nil {
+			return stepStay, err
+		}
+		cur := r.view
+		if corrupt {
+			// Plan afresh at the clock's window, under an id above every id
+			// any entry or the budget holds (see scan).
+			cur = plan{id: r.view.id, roll: r.view.roll, window: windowIndex(t, r.cfg) - 2, n: 1}
+		}
+		step, k := transition(&cur, r.cfg, t, newcomer)
+		if step != stepRoll && step != stepReplan {
+			return stepStay, nil
+		}
+		if step == stepRoll && !flushed && flush != nil {
+			flush() // this worker's demand counts in the plan
+			flushed = true
+			if _, err := r.read(); err != nil {
+				return stepStay, err
+			}
+			if r.viewCAS != 0 && !corrupt && r.view.id != cur.id {
+				continue // someone planned meanwhile
+			}
+		}
+		next := plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan,
+			cycle: int64(r.cfg.Cycle), offset: int64(r.cfg.WindowOffset)}
+		if step == stepReplan {
+			next.cycle, next.offset = cur.cycle, cur.offset // the running window keeps its bounds
+		}
+		if step == stepRoll {
+			next.roll = next.id
+		}
+		freshRoll := step == stepRoll && !corrupt
+		capacity, left, bcas, bcorrupt, err := r.budgetLeft(&next, freshRoll)
+		if err != nil {
+			return stepStay, err
+		}
+		if corrupt {
+			// The new id must be known before the scan: which clients are
+			// new depends on it. A first pass finds the highest id in use.
+			top, err := r.scan(&next, false)
+			if err != nil {
+				return stepStay, err
+			}
+			next.id = max(top, cur.id, r.budgetRoll) + planResetJump
+			next.roll = next.id
+		}
+		if _, err := r.scan(&next, !corrupt); err != nil {
+			return stepStay, err
+		}
+		computePlan(&next, &r.scratch, r.pol, capacity, left)
+		r.buf = appendPlan(r.buf, &next)
+		err = r.store.Set(r.planKey, r.buf, r.viewCAS)
+		if errors.Is(err, ErrCASMismatch) {
+			r.obs.CASRetry()
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("set plan", err)
+			return stepStay, err
+		}
+		registeredNow := r.countNew(&next)
+		r.adopt(next, 0)
+		r.resetCorrupt(bcas, bcorrupt, freshRoll)
+		r.obs.Rollover(RolloverEvent{
+			Cycle:      next.id,
+			Window:     next.window,
+			Early:      next.replan,
+			Replan:     next.replan,
+			Clients:    int(next.n),
+			Registered: registeredNow,
+			Forgotten:  max(0, int(cur.n)+registeredNow-int(next.n)),
+		})
+		return step, nil
+	}
+	r.obs.StoreFailure("plan", ErrRetriesExhausted)
+	return stepStay, ErrRetriesExhausted
+}
+
+// budgetLeft is the capacity the next plan splits and what is left of the
+// window's budget. A plan for another window than the budget's starts from
+// the whole capacity; a plan for the budget's window (a re-plan, or a plan
+// reset) splits the capacity in force for it (the smallest any config set)
+// and has only what the budget has not granted. An unreadable budget may
+// hide grants: it leaves nothing, except to a roll into a new window.
+func (r *registry) budgetLeft(next *plan, freshRoll bool) (capacity, left int64, cas uint32, corrupt bool, err error) {
+	capacity = r.cfg.Capacity
+	r.budgetRoll = 0
+	raw, cas, err := r.store.Get(r.budgetKey)
+	if errors.Is(err, ErrNotFound) {
+		return capacity, capacity, 0, false, nil
+	}
+	if err != nil {
+		r.obs.StoreFailure("get budget", err)
+		return 0, 0, 0, false, err
+	}
+	v, derr := decodeBudget(raw)
+	if derr != nil {
+		r.obs.ValueReset(r.budgetKey, derr)
+		if freshRoll {
+			return capacity, capacity, cas, true, nil
+		}
+		return capacity, 0, cas, true, nil
+	}
+	r.budgetRoll = v.roll
+	if v.window == next.window && !freshRoll {
+		capacity = min(capacity, v.capacity)
+		return capacity, max(0, capacity-v.granted), cas, false, nil
+	}
+	return capacity, capacity, cas, false, nil
+}
+
+// scan reads every bucket and records the clients counted in next. It
+// returns the highest plan id any entry names (for a plan reset), and
+// remembers unreadable buckets for resetCorrupt.
+//
+// With checkFuture, an entry that names a plan id at or above next's is
+// impossible (if another worker had published such a plan, next's CAS will
+// fail): its bucket is treated as unreadable.
+func (r *registry) scan(next *plan, checkFuture bool) (uint64, error) {
+	r.scratch.reset()
+	r.corrupt = r.corrupt[:0]
+	var top uint64
+	for b := 0; b < r.nb; b++ {
+		raw, cas, err := r.store.Get(r.key(b))
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("get bucket", err)
+			return 0, err
+		}
+		if err := decodeBucket(raw, &r.bkt); err != nil {
+			r.corrupt = append(r.corrupt, corruptKey{b, cas})
+			continue
+		}
+		mark := len(r.scratch.hashes)
+		for i := range r.bkt.entries {
+			e := &r.bkt.entries[i]
+			top = max(top, e.plan, e.created)
+			if checkFuture && (e.plan >= next.id || e.created >= next.id) {
+				r.scratch.truncate(mark)
+				r.corrupt = append(r.corrupt, corruptKey{b, cas})
+				break
+			}
+			if counted(e, next, r.cfg) {
+				r.scratch.add(e, next, r.cfg)
+			}
+		}
+	}
+	return top, nil
+}
+
+// countNew is how many clients next counts for the first time.
+func (r *registry) countNew(next *plan) int {
+	n := 0
+	for _, isNew := range r.scratch.isNew {
+		if isNew {
+			n++
+		}
+	}
+	if next.replan {
+		return min(n, int(r.view.pending))
+	}
+	return n
+}
+
+// resetCorrupt rewrites the unreadable values the plan's scan found. Only
+// the roller may: it read them before the new plan existed, so they cannot
+// hide a grant under it, and the CAS of the unreadable value makes the
+// write lose to any write since. A reset bucket loses its clients (they
+// come back as newcomers); a reset budget is spent for the window, since
+// it may have hidden grants.
+func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
+	for _, c := range r.corrupt {
+		r.buf = appendBucket(r.buf, &bucketVal{})
+		if err := r.store.Set(r.key(c.bucket), r.buf, c.cas); err != nil && !errors.Is(err, ErrCASMismatch) {
+			r.obs.StoreFailure("reset bucket", err)
+		}
+	}
+	r.corrupt = r.corrupt[:0]
+	if budgetCorrupt {
+		v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity}
+		if !freshRoll {
+			v.granted = v.capacity // the lost value may have held grants of this window
+		}
+		r.buf = appendBudget(r.buf, v)
+		if err := r.store.Set(r.budgetKey, r.buf, budgetCAS); err != nil && !errors.Is(err, ErrCASMismatch) {
+			r.obs.StoreFailure("reset budget", err)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// The transition function over synthetic times, like x/time/rate's tests:
+// one plan, one config, and the step each (time, newcomer) pair leads to.
+func TestTransition(t *testing.T) {
+	cfg := testConfig() // window 10 s, MinCycle 1 s
+	cfg.MaxClients = 3
+	k := windowIndex(t0.UnixNano(), &cfg)
+	ws := windowStart(k, &cfg)
+	sec := int64(time.Second)
+	running := plan{id: 5, roll: 4, window: k, at: ws + 2*sec, n: 2}
+	withPending := running
+	withPending.pending = 1
+	full := running
+	full.n, full.pending = 2, 1
+	empty := running
+	empty.n = 0
+	tests := []struct {
+		name     string
+		p        plan
+		at       int64
+		newcomer bool
+		want     stepKind
+		window   int64
+	}{
+		{"no plan, nobody", plan{}, ws, false, stepStay, 0},
+		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, true, stepRoll, k},
+		{"empty plan is never rolled", empty, ws + 50*sec, false, stepStay, k},
+		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, true, stepRoll, k + 5},
+		{"inside the window", running, ws + 9*sec, false, stepStay, k},
+		{"last nanosecond of the window", running, ws + 10*sec - 1, false, stepStay, k},
+		{"the deadline rolls", running, ws + 10*sec, false, stepRoll, k + 1},
+		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, false, stepRoll, k + 3},
+		{"a small step back stays in the plan's window", running, ws - 5*sec, false, stepStay, k},
+		{"a step back past a window plans the clock's window", running, ws - 15*sec, false, stepRoll, k - 2},
+		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), true, stepPending, k},
+		{"newcomer after MinCycle re-plans", running, ws + 3*sec, true, stepReplan, k},
+		{"newcomer at the deadline rolls", running, ws + 10*sec, true, stepRoll, k + 1},
+		{"newcomer finds the table full", full, ws + 3*sec, true, stepTableFull, k},
+		{"waiting newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, false, stepReplan, k},
+		{"waiting newcomers hold within MinCycle", withPending, ws + 2*sec + 1, false, stepStay, k},
+		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, true, stepReplan, k},
+		{"the clock went back past the plan: re-plan allowed", running, ws + sec, true, stepReplan, k},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			step, w := transition(&tt.p, &cfg, tt.at, tt.newcomer)
+			if step != tt.want || w != tt.window {
+				t.Fatalf("transition = %s, window %d; want %s, window %d", step, w-k, tt.want, tt.window-k)
+			}
+		})
+	}
+}
+
+// FuzzTransition: any plan, time and caller give a step without panicking,
+// and the step's window is the clock's for a roll and the plan's otherwise;
+// only a newcomer is ever told to wait or that the table is full.
+func FuzzTransition(f *testing.F) {
+	f.Add(uint64(5), int64(100), int64(1000), uint32(2), uint32(1), int64(1005), true)
+	f.Add(uint64(0), int64(0), int64(0), uint32(0), uint32(0), int64(-1), false)
+	f.Fuzz(func(t *testing.T, id uint64, window, at int64, n, pending uint32, nowSec int64, newcomer bool) {
+		cfg := testConfig()
+		p := plan{id: id, roll: id, window: window % maxWindow, at: at, n: n % 10, pending: pending % 10}
+		now := (nowSec % (1 << 40)) * int64(time.Millisecond)
+		step, w := transition(&p, &cfg, now, newcomer)
+		switch step {
+		case stepRoll:
+			if w != windowIndex(now, &cfg) {
+				t.Fatalf("roll to window %d, clock's is %d", w, windowIndex(now, &cfg))
+			}
+		case stepPending, stepTableFull:
+			if !newcomer {
+				t.Fatalf("%s for a counted client", step)
+			}
+			fallthrough
+		default:
+			if w != p.window {
+				t.Fatalf("%s names window %d, plan's is %d", step, w, p.window)
+			}
+		}
+	})
+}
