@@ -31,9 +31,13 @@ const (
 const clientHeader = "x-client-id"
 
 // settleTimeout bounds how long a variant may take to answer every client
-// as expected before a measurement: newcomers wait for one early rollover
-// (min_cycle, 1 s in these configurations).
-const settleTimeout = 30 * time.Second
+// as expected before a measurement: newcomers wait for one re-plan
+// (min_cycle, 1 s in these configurations). settlePause, a little over
+// min_cycle, separates the passes of settle.
+const (
+	settleTimeout = 30 * time.Second
+	settlePause   = 1100 * time.Millisecond
+)
 
 // Options configure a run.
 type Options struct {
@@ -431,10 +435,13 @@ func ingressRoute(root map[string]any) (map[string]any, error) {
 
 // settle sends requests for every client id until each answers as the
 // variant expects: admitting variants register their newcomers (pending
-// 429s until one early rollover registers them all), and the reject
-// variant spends each client's share so that only over_limit answers
-// remain. It works in passes over the ids still answering otherwise, so
-// that every newcomer is pending before the rollover that registers it.
+// 429s until one re-plan registers them all), and the reject variant spends
+// each client's share so that only over_limit answers remain. It works in
+// passes over the ids still answering otherwise, a re-plan interval
+// (min_cycle) apart: every newcomer is pending before the re-plan that
+// registers it, and no registered client spends the window's budget in
+// quick passes before the others are registered (a newcomer that finds the
+// budget spent waits for the next window, an hour in the reject variant).
 func settle(client *http.Client, in *instance, ids []string) error {
 	deadline := time.Now().Add(settleTimeout)
 	left := ids
@@ -453,7 +460,7 @@ func settle(client *http.Client, in *instance, ids []string) error {
 			return fmt.Errorf("%d clients do not answer as expected after %s; last: %w", len(still), settleTimeout, lastErr)
 		}
 		left = still
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(settlePause)
 	}
 }
 

@@ -29,7 +29,7 @@ const (
 	// A share of 1 per client per hour: after the settle probes have spent
 	// it, every request is an over_limit 429 until the run ends. min_cycle
 	// is cut from its default (6 min) so that the 50 newcomers are
-	// registered by an early rollover within a second.
+	// registered by a re-plan within a second.
 	rejectConfig = `{"capacity": 50, "cycle": "1h", "min_cycle": "1s"}`
 )
 
