@@ -7,6 +7,11 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
 
+// unmatchedMetric counts requests that no limit matched: they pass
+// unlimited. It has no limit name, so it stays outside the per-limit
+// names (and the stats_tags that split them).
+const unmatchedMetric = "borrowcycle.requests_unmatched"
+
 // metrics are the limit's counters and gauge, named per docs/contract.md.
 // Envoy resolves every worker's definition of a name to one process-wide
 // stat, so counters add up across workers.

@@ -28,6 +28,9 @@ type vmContext struct {
 	// metrics are defined once per VM and limit name, and reused when the
 	// plugin is reconfigured without a new VM.
 	metrics map[string]*metrics
+	// unmatched counts requests no limit matched, for every configuration
+	// of this VM; defined on first use.
+	unmatched *proxywasm.MetricCounter
 }
 
 // OnVMStart implements types.VMContext.
@@ -71,12 +74,31 @@ func (v *vmContext) metricsFor(name string) (*metrics, error) {
 	return m, nil
 }
 
+// unmatchedCounter returns the counter of requests no limit matched.
+func (v *vmContext) unmatchedCounter() (c proxywasm.MetricCounter, err error) {
+	if v.unmatched != nil {
+		return *v.unmatched, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("defining metrics: %v", r)
+		}
+	}()
+	c = proxywasm.DefineCounterMetric(unmatchedMetric)
+	v.unmatched = &c
+	return c, nil
+}
+
 // pluginContext is one plugin configuration in one VM.
 type pluginContext struct {
 	types.DefaultPluginContext
-	vm      *vmContext
-	filter  *filter.Filter
-	metrics *metrics
+	vm     *vmContext
+	filter *filter.Filter
+	// metrics are the first limit's: they also count the plugin's panics,
+	// which belong to no one limit. limits holds every limit's, by index.
+	metrics   *metrics
+	limits    []*metrics
+	unmatched proxywasm.MetricCounter
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -87,7 +109,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("borrowcycle: reading the plugin configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	cfg, err := filter.ParseConfig(data)
+	cfg, err := filter.ParseSettings(data)
 	if err != nil {
 		proxywasm.LogError("borrowcycle: invalid configuration: " + err.Error())
 		return types.OnPluginStartStatusFailed
@@ -101,20 +123,28 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 }
 
 // start builds the filter for a valid configuration.
-func (p *pluginContext) start(cfg filter.Config) error {
-	m, err := p.vm.metricsFor(cfg.Name)
+func (p *pluginContext) start(set filter.Settings) error {
+	ms := make([]*metrics, len(set.Limits))
+	for i := range set.Limits {
+		m, err := p.vm.metricsFor(set.Limits[i].Name)
+		if err != nil {
+			return err
+		}
+		ms[i] = m
+	}
+	unmatched, err := p.vm.unmatchedCounter()
 	if err != nil {
 		return err
 	}
 	store := &sharedStore{zeroCAS: p.vm.test.ZeroCAS}
-	f, err := filter.New(cfg, store, p.vm.test.clock(), &observer{m: m})
+	f, err := filter.New(set, store, p.vm.test.clock(), func(i int) engine.Observer { return &observer{m: ms[i]} })
 	if err != nil {
 		return err
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(f.TickPeriod().Milliseconds())); err != nil {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
-	p.filter, p.metrics = f, m
+	p.filter, p.metrics, p.limits, p.unmatched = f, ms[0], ms, unmatched
 	return nil
 }
 
@@ -124,9 +154,12 @@ func (p *pluginContext) OnTick() {
 	if p.filter == nil {
 		return
 	}
-	p.metrics.setActive(p.filter.Tick())
+	p.filter.Tick(p.setActive)
 	p.vm.test.reportMemory()
 }
+
+// setActive records the i-th limit's number of registered clients.
+func (p *pluginContext) setActive(i, clients int) { p.limits[i].setActive(clients) }
 
 // NewHttpContext implements types.PluginContext.
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
@@ -142,8 +175,8 @@ type httpContext struct {
 
 // stream is what a stream remembers between its request and its response.
 type stream struct {
-	decision engine.Decision
-	decided  bool // decision holds this stream's admission
+	outcome  filter.Outcome
+	decided  bool // outcome holds this stream's admission
 	replied  bool // this filter sent a local reply, headers included
 }
 
@@ -155,21 +188,42 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionContinue // not started: Envoy would not run the filter
 	}
 	defer guard(h.plugin, "OnHttpRequestHeaders", func() { action = h.failSafe() })
-	value, err := proxywasm.GetHttpRequestHeader(f.Config().ClientHeader)
-	d := f.Decide(value, err == nil)
-	h.plugin.metrics.count(d)
-	return h.carryOut(d)
+	o := f.Decide(requestHeaders{})
+	if !o.Matched() {
+		inc(h.plugin.unmatched)
+		return types.ActionContinue
+	}
+	h.plugin.limits[o.Limit].count(o.Decision)
+	// The record is only information: a host that refuses it (or a
+	// listener without access logs) changes nothing for the request.
+	_ = proxywasm.SetProperty(accessLogPath, f.AccessLog(o))
+	return h.carryOut(o)
+}
+
+// accessLogPath is the property path of the access-log record.
+var accessLogPath = []string{filter.AccessLogProperty}
+
+// requestHeaders reads the current request's headers from the host, on
+// demand. It has no fields, so passing it as a filter.Request allocates
+// nothing.
+type requestHeaders struct{}
+
+// Header implements filter.Request.
+func (requestHeaders) Header(name string) (string, bool) {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
 }
 
 // carryOut records the decision for the response and sends the local
 // reply of a rejection. If the host refuses the reply, the request
 // continues, because a paused stream without a reply would hang.
-func (h *httpContext) carryOut(d engine.Decision) types.Action {
-	h.stream = stream{decision: d, decided: true}
+func (h *httpContext) carryOut(o filter.Outcome) types.Action {
+	h.stream = stream{outcome: o, decided: true}
+	d := &o.Decision
 	if d.Allowed {
 		return types.ActionContinue
 	}
-	r := h.plugin.filter.Reply(d)
+	r := h.plugin.filter.Reply(o)
 	if err := proxywasm.SendHttpResponse(r.Status, r.Headers, r.Body, -1); err != nil {
 		proxywasm.LogWarnf("borrowcycle: sending the %s reply: %v", d.Reason, err)
 		return types.ActionContinue
@@ -182,13 +236,13 @@ func (h *httpContext) carryOut(d engine.Decision) types.Action {
 // admitted request gets no headers: the decision knows no share. It runs
 // outside the callback's guard, so it has its own.
 func (h *httpContext) failSafe() (action types.Action) {
-	d := h.plugin.filter.FailSafe()
-	if d.Allowed {
+	o := h.plugin.filter.FailSafe()
+	if o.Decision.Allowed {
 		h.stream = stream{}
 		return types.ActionContinue
 	}
 	defer guard(h.plugin, "OnHttpRequestHeaders reply", func() { action = types.ActionContinue })
-	return h.carryOut(d)
+	return h.carryOut(o)
 }
 
 // OnHttpResponseHeaders implements types.HttpContext: it adds the
@@ -200,7 +254,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	defer guard(h.plugin, "OnHttpResponseHeaders", nil)
-	for _, kv := range h.plugin.filter.ResponseHeaders(h.decision) {
+	for _, kv := range h.plugin.filter.ResponseHeaders(h.outcome) {
 		// A refused header only loses information; the response goes on.
 		_ = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
 	}
