@@ -175,9 +175,9 @@ type httpContext struct {
 
 // stream is what a stream remembers between its request and its response.
 type stream struct {
-	outcome  filter.Outcome
-	decided  bool // outcome holds this stream's admission
-	replied  bool // this filter sent a local reply, headers included
+	outcome filter.Outcome
+	decided bool // outcome holds this stream's admission
+	replied bool // this filter sent a local reply, headers included
 }
 
 // OnHttpRequestHeaders implements types.HttpContext: it admits or rejects
