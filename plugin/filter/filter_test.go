@@ -11,7 +11,7 @@ import (
 // These tests run the filter with no host at all: the rules of
 // docs/contract.md, from a client header to the plan the host carries out.
 
-func mustFilter(t *testing.T, config string) (*Filter, *engine.ManualClock) {
+func mustFilter(t testing.TB, config string) (*Filter, *engine.ManualClock) {
 	t.Helper()
 	set, err := ParseSettings([]byte(config))
 	if err != nil {

@@ -231,7 +231,7 @@ func (p *fieldParser) methods(field string, raw json.RawMessage) []string {
 			return nil
 		}
 		if j := indexOf(out, s); j >= 0 {
-			p.fail(sub, "duplicate of "+field+"["+strconv.Itoa(j)+"] "+strconv.Quote(s))
+			p.fail(sub, "duplicate of "+p.label(field)+"["+strconv.Itoa(j)+"] "+strconv.Quote(s))
 			return nil
 		}
 		out = append(out, s)
