@@ -263,6 +263,10 @@ func (b *Bootstrap) IngressToLDS(file string) (map[string]any, error) {
 		}
 	}
 	sr["listeners"] = kept
+	// Envoy requires a node identity for any xDS source, files included.
+	if _, ok := b.root["node"]; !ok {
+		b.root["node"] = map[string]any{"id": "borrowcycle", "cluster": "borrowcycle"}
+	}
 	b.root["dynamic_resources"] = map[string]any{"lds_config": map[string]any{
 		"resource_api_version": "V3",
 		"path_config_source":   map[string]any{"path": file},
