@@ -287,7 +287,7 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // settings is the plugin configuration a test runs, with every default
-// filled in by the plugin's own parser: its first limit (the only one in
+// filled in by the plugin's own parser: its primary limit (the only one in
 // the single-limit form), whose metrics also count the plugin's panics.
 type settings = filter.Config
 
@@ -296,5 +296,5 @@ func parseSettings(raw string) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
-	return s.Limits[0], nil
+	return s.Limits[s.Primary()], nil
 }

@@ -7,13 +7,14 @@ import (
 	"time"
 )
 
-// severalLimits is the docs/contract.md example with small capacities:
-// search, export at cost 5, and the health check excluded because no limit
-// matches it.
+// severalLimits is the docs/contract.md example with small capacities and
+// no catch-all limit: the health check excluded by an unlimited rule,
+// search, and export at cost 5.
 func severalLimits() map[string]any {
 	return map[string]any{
 		"cycle": "1h", "capacity": 10, "client_header": "x-tenant", "debug_headers": true,
 		"limits": []any{
+			map[string]any{"name": "health", "unlimited": true, "match": map[string]any{"path_exact": "/healthz"}},
 			map[string]any{"name": "search", "match": map[string]any{"path_prefix": "/search", "methods": []any{"GET"}}},
 			map[string]any{"name": "export", "cost": 5, "match": map[string]any{"path_prefix": "/export"}},
 		},
@@ -104,8 +105,8 @@ func TestSeveralLimits(t *testing.T) {
 	if r.status != 200 || r.header.Get("x-ratelimit-limit") != "10" {
 		t.Errorf("search after export ran dry: %v, want admitted from its own share of 10", r)
 	}
-	// No limit matches a POST to search nor the health check: they pass
-	// without rate-limit headers, however many.
+	// No limit matches a POST to search, and the health check's rule is
+	// unlimited: both pass without rate-limit headers, however many.
 	for _, p := range []struct{ method, path string }{{"POST", "/search"}, {"GET", "/healthz"}} {
 		for range 12 {
 			r := send(c, tg.url, p.method, p.path, "acme")
@@ -119,8 +120,8 @@ func TestSeveralLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st["wasmcustom.borrowcycle.requests_unmatched"]; got != 24 {
-		t.Errorf("requests_unmatched = %d, want 24", got)
+	if got := st["wasmcustom.borrowcycle.requests_unlimited"]; got != 24 {
+		t.Errorf("requests_unlimited = %d, want 24", got)
 	}
 	if got := st["wasmcustom.borrowcycle.search.requests_allowed"]; got < 1 {
 		t.Errorf("search.requests_allowed = %d, want at least 1", got)

@@ -43,13 +43,28 @@ type Config struct {
 	LogClientID      bool  // the access-log record carries the raw id
 	Cost             int64 // units each matched request takes
 	Match            Match // which requests the limit decides; empty: all
-	Engine           engine.Config
+	// Unlimited marks a rule that lets the requests it matches pass
+	// unlimited (a health check, say); it has only Name and Match.
+	Unlimited bool
+	Engine    engine.Config
 }
 
 // Settings is the whole parsed plugin configuration: its limits, in the
 // order in which requests are matched against them.
 type Settings struct {
 	Limits []Config
+}
+
+// Primary is the index of the first limit that limits (is not Unlimited):
+// the one that speaks for the filter where no request's limit is known.
+// Validation guarantees there is one.
+func (s *Settings) Primary() int {
+	for i := range s.Limits {
+		if !s.Limits[i].Unlimited {
+			return i
+		}
+	}
+	return 0
 }
 
 // rawConfig holds each field undecoded (nil when absent), so that a wrong
@@ -74,7 +89,8 @@ type rawConfig struct {
 	LogClientID      json.RawMessage `json:"log_client_id"`
 	Cost             json.RawMessage `json:"cost"`
 	Match            json.RawMessage `json:"match"`
-	Limits           json.RawMessage `json:"limits"` // top level only
+	Limits           json.RawMessage `json:"limits"`    // top level only
+	Unlimited        json.RawMessage `json:"unlimited"` // elements of limits only
 }
 
 // configError is a configuration error that names its field. Its text is
@@ -223,7 +239,7 @@ func decodeStrict(data []byte, raw *rawConfig, at string) error {
 	}
 	for _, name := range names {
 		dst := raw.field(name)
-		if dst == nil || at != "" && name == "limits" {
+		if dst == nil || at != "" && name == "limits" || at == "" && name == "unlimited" {
 			return fieldError(join(at, name), "unknown field")
 		}
 		*dst = members[name]
@@ -295,6 +311,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Match
 	case "limits":
 		return &r.Limits
+	case "unlimited":
+		return &r.Unlimited
 	}
 	return nil
 }

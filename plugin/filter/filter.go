@@ -37,7 +37,8 @@ type Filter struct {
 	log                  accessLog
 }
 
-// limit is one configured limit at run time.
+// limit is one configured limit at run time; an unlimited rule has no
+// limiter.
 type limit struct {
 	cfg     *Config
 	limiter *engine.Limiter
@@ -46,8 +47,9 @@ type limit struct {
 
 // Outcome is the filter's verdict on one request.
 type Outcome struct {
-	// Limit is the index of the limit that decided, -1 when none matched:
-	// the request passes unlimited and Decision is the zero value.
+	// Limit is the index of the limit that decided, -1 when none did (no
+	// limit matched, or an unlimited rule did): the request passes
+	// unlimited and Decision is the zero value.
 	Limit    int
 	Decision engine.Decision
 	// Client is the id the limit counted; empty for an anonymous request.
@@ -63,6 +65,12 @@ func New(set Settings, store engine.Store, clock engine.Clock, obs func(i int) e
 	f := &Filter{set: set, clock: clock, limits: make([]limit, len(set.Limits))}
 	for i := range set.Limits {
 		cfg := &f.set.Limits[i]
+		f.needPath = f.needPath || cfg.Match.PathPrefix != "" || cfg.Match.PathExact != ""
+		f.needMethod = f.needMethod || len(cfg.Match.Methods) > 0
+		if cfg.Unlimited {
+			f.limits[i] = limit{cfg: cfg}
+			continue
+		}
 		opts := []engine.Option{engine.WithClock(clock)}
 		if obs != nil {
 			if o := obs(i); o != nil {
@@ -74,8 +82,6 @@ func New(set Settings, store engine.Store, clock engine.Clock, obs func(i int) e
 			return nil, fmt.Errorf("limit %q: %w", cfg.Name, err)
 		}
 		f.limits[i] = limit{cfg: cfg, limiter: l, resp: newResponder(cfg)}
-		f.needPath = f.needPath || cfg.Match.PathPrefix != "" || cfg.Match.PathExact != ""
-		f.needMethod = f.needMethod || len(cfg.Match.Methods) > 0
 	}
 	f.log = newAccessLog(f.set.Limits)
 	return f, nil
@@ -110,7 +116,7 @@ func (f *Filter) Match(req Request) int {
 // mode (passthrough admits) and counts nothing.
 func (f *Filter) Decide(req Request) Outcome {
 	i := f.Match(req)
-	if i < 0 {
+	if i < 0 || f.limits[i].limiter == nil {
 		return Outcome{Limit: -1}
 	}
 	l := &f.limits[i]
@@ -120,15 +126,16 @@ func (f *Filter) Decide(req Request) Outcome {
 }
 
 // FailSafe is the decision when Decide could not finish (a panic below it):
-// admit, unless the first limit's failure_mode_deny asks to reject as for
-// unavailable state. The limit that would have decided is unknown, so the
-// first one (the only one in the single-limit form) speaks for the filter.
+// admit, unless failure_mode_deny asks to reject as for unavailable state.
+// The limit that would have decided is unknown, so the primary one (the
+// only one in the single-limit form) speaks for the filter.
 func (f *Filter) FailSafe() Outcome {
-	c := &f.set.Limits[0]
+	i := f.set.Primary()
+	c := &f.set.Limits[i]
 	if !c.Engine.FailureModeDeny || c.Passthrough {
-		return Outcome{Decision: engine.Decision{Allowed: true, Reason: engine.ReasonStoreFailure}}
+		return Outcome{Limit: i, Decision: engine.Decision{Allowed: true, Reason: engine.ReasonStoreFailure}}
 	}
-	return Outcome{Decision: engine.Decision{Reason: engine.ReasonStoreFailure, WouldReject: true, RetryAfter: time.Second}}
+	return Outcome{Limit: i, Decision: engine.Decision{Reason: engine.ReasonStoreFailure, WouldReject: true, RetryAfter: time.Second}}
 }
 
 // Reply is the local reply for a rejected outcome. It is valid until the
@@ -156,6 +163,9 @@ func (f *Filter) Tick(active func(i, clients int)) {
 	now := f.clock.Now()
 	for i := range f.limits {
 		l := f.limits[i].limiter
+		if l == nil {
+			continue
+		}
 		l.TickAt(now)
 		if active != nil {
 			active(i, l.ActiveClients())
@@ -166,9 +176,11 @@ func (f *Filter) Tick(active func(i, clients int)) {
 // TickPeriod is how often the host should call Tick: often enough for the
 // limit with the shortest cycle.
 func (f *Filter) TickPeriod() time.Duration {
-	cycle := f.set.Limits[0].Engine.Cycle
+	cycle := f.set.Limits[f.set.Primary()].Engine.Cycle
 	for i := range f.set.Limits {
-		cycle = min(cycle, f.set.Limits[i].Engine.Cycle)
+		if !f.set.Limits[i].Unlimited {
+			cycle = min(cycle, f.set.Limits[i].Engine.Cycle)
+		}
 	}
 	return min(max(cycle/10, minTickPeriod), maxTickPeriod)
 }
@@ -188,6 +200,9 @@ func (f *Filter) Summary() string {
 }
 
 func limitSummary(c *Config) string {
+	if c.Unlimited {
+		return fmt.Sprintf("limit %q: match %s, unlimited", c.Name, c.Match.String())
+	}
 	mode := "enforce"
 	if c.Passthrough {
 		mode = "passthrough"

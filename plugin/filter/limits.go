@@ -113,8 +113,7 @@ func parseLimits(top *rawConfig) (Settings, error) {
 		if own.Name == nil {
 			return Settings{}, fieldError(at+".name", "required: each limit needs its own name")
 		}
-		merged := inherit(&own, top)
-		cfg, err := parseLimit(&merged, fieldParser{at: at, own: &own, top: top})
+		cfg, err := parseElement(&own, top, at)
 		if err != nil {
 			return Settings{}, err
 		}
@@ -131,7 +130,33 @@ func parseLimits(top *rawConfig) (Settings, error) {
 		}
 		s.Limits = append(s.Limits, cfg)
 	}
+	if s.Limits[s.Primary()].Unlimited {
+		return Settings{}, fieldError("limits", "every limit is unlimited: at least one must limit")
+	}
 	return s, nil
+}
+
+// parseElement parses the element of limits at at: a limit, inheriting the
+// top level's fields, or an unlimited rule, which takes a name and a match
+// only.
+func parseElement(own, top *rawConfig, at string) (Config, error) {
+	p := fieldParser{at: at, own: own, top: top}
+	if !p.boolean("unlimited", own.Unlimited, false) {
+		if p.err != nil {
+			return Config{}, p.err
+		}
+		merged := inherit(own, top)
+		return parseLimit(&merged, p)
+	}
+	for _, field := range inheritedFields {
+		if given(own, field) {
+			return Config{}, fieldError(join(at, field), "not allowed with unlimited: an unlimited rule has only name and match")
+		}
+	}
+	cfg := Config{Unlimited: true}
+	cfg.Name = p.name("name", own.Name, "")
+	cfg.Match = p.match("match", own.Match)
+	return cfg, p.err
 }
 
 // inherit is own with every field it does not give taken from top.

@@ -160,6 +160,10 @@ func TestLimitsValidation(t *testing.T) {
 		{`{` + top + `"limits": [{"name": "a", "cost": 11}]}`, `limits[0].cost: must not exceed capacity (10), got 11`},
 		{`{` + top + `"cost": 11, "limits": [{"name": "a"}]}`, `cost: must not exceed capacity (10), got 11`},
 		{`{` + top + `"limits": [{"name": "a", "min_cycle": "2s"}]}`, `limits[0].min_cycle: must be in (0s, 1s], got 2s`},
+		{`{` + top + `"unlimited": true}`, `unlimited: unknown field`},
+		{`{` + top + `"limits": [{"name": "h", "unlimited": true, "cost": 2, "match": {"path_exact": "/h"}}, {"name": "d"}]}`, `limits[0].cost: not allowed with unlimited: an unlimited rule has only name and match`},
+		{`{` + top + `"limits": [{"name": "h", "unlimited": 1}]}`, `limits[0].unlimited: must be a boolean, got a number`},
+		{`{` + top + `"limits": [{"name": "h", "unlimited": true}]}`, `limits: every limit is unlimited: at least one must limit`},
 		{`{` + top + `"log_client_id": "yes"}`, `log_client_id: must be a boolean, got a string`},
 		{`{` + top + `"match": {"methods": ["GET"]}, "cost": 2.5}`, `cost: must be an integer in [1, 1048576], got 2.5`},
 	}
@@ -172,6 +176,32 @@ func TestLimitsValidation(t *testing.T) {
 		if err.Error() != c.want {
 			t.Errorf("%.80s:\n got  %q\n want %q", c.config, err.Error(), c.want)
 		}
+	}
+}
+
+func TestUnlimitedRule(t *testing.T) {
+	f, clock := mustFilter(t, `{"capacity": 1, "cycle": "10s", "limits": [
+		{"name": "health", "unlimited": true, "match": {"path_exact": "/healthz"}},
+		{"name": "default"}]}`)
+	clock.Advance(time.Second)
+	if p := f.Settings().Primary(); p != 1 {
+		t.Errorf("primary limit = %d, want 1 (the first that limits)", p)
+	}
+	health := headers{{":path", "/healthz?full=1"}, {"x-client-id", "probe"}}
+	for range 5 {
+		if o := f.Decide(health); o.Matched() {
+			t.Fatalf("health check = %+v, want it to pass unlimited", o)
+		}
+	}
+	other := headers{{":path", "/health"}, {"x-client-id", "probe"}}
+	if o := f.Decide(other); o.Limit != 1 || !o.Decision.Allowed {
+		t.Fatalf("first other request = %+v, want admitted by default", o)
+	}
+	if o := f.Decide(other); o.Decision.Allowed {
+		t.Errorf("second other request over a capacity of 1 admitted: %+v", o)
+	}
+	if o := f.FailSafe(); o.Limit != 1 {
+		t.Errorf("FailSafe speaks for limit %d, want the primary 1", o.Limit)
 	}
 }
 

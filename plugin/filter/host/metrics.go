@@ -7,10 +7,10 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
 
-// unmatchedMetric counts requests that no limit matched: they pass
-// unlimited. It has no limit name, so it stays outside the per-limit
-// names (and the stats_tags that split them).
-const unmatchedMetric = "borrowcycle.requests_unmatched"
+// unmatchedMetric counts requests that no limit decided (none matched, or
+// an unlimited rule did): they pass unlimited. It has no limit name, so it
+// stays outside the per-limit names (and the stats_tags that split them).
+const unmatchedMetric = "borrowcycle.requests_unlimited"
 
 // metrics are the limit's counters and gauge, named per docs/contract.md.
 // Envoy resolves every worker's definition of a name to one process-wide

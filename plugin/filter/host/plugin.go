@@ -94,8 +94,9 @@ type pluginContext struct {
 	types.DefaultPluginContext
 	vm     *vmContext
 	filter *filter.Filter
-	// metrics are the first limit's: they also count the plugin's panics,
-	// which belong to no one limit. limits holds every limit's, by index.
+	// metrics are the primary limit's: they also count the plugin's panics,
+	// which belong to no one limit. limits holds every limit's, by index
+	// (nil for unlimited rules).
 	metrics   *metrics
 	limits    []*metrics
 	unmatched proxywasm.MetricCounter
@@ -124,8 +125,11 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 
 // start builds the filter for a valid configuration.
 func (p *pluginContext) start(set filter.Settings) error {
-	ms := make([]*metrics, len(set.Limits))
+	ms := make([]*metrics, len(set.Limits)) // nil for unlimited rules
 	for i := range set.Limits {
+		if set.Limits[i].Unlimited {
+			continue
+		}
 		m, err := p.vm.metricsFor(set.Limits[i].Name)
 		if err != nil {
 			return err
@@ -144,7 +148,7 @@ func (p *pluginContext) start(set filter.Settings) error {
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(f.TickPeriod().Milliseconds())); err != nil {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
-	p.filter, p.metrics, p.limits, p.unmatched = f, ms[0], ms, unmatched
+	p.filter, p.metrics, p.limits, p.unmatched = f, ms[set.Primary()], ms, unmatched
 	return nil
 }
 
