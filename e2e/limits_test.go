@@ -1,10 +1,18 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
 )
 
 // severalLimits is the docs/contract.md example with small capacities and
@@ -129,4 +137,49 @@ func TestSeveralLimits(t *testing.T) {
 	if got := st["wasmcustom.borrowcycle.export.requests_rejected.over_limit"]; got < 1 {
 		t.Errorf("export.requests_rejected.over_limit = %d, want at least 1", got)
 	}
+}
+
+// TestSeveralLimitsExampleIsMirrored: the "Several limits" example of
+// docs/contract.md is the pluginConfig of envoy/istio/wasmplugin.yaml
+// (which TestIstioWasmPlugin validates in Envoy), so the two cannot drift.
+func TestSeveralLimitsExampleIsMirrored(t *testing.T) {
+	root, err := envoyrun.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "contract.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Several limits\n")
+	if !ok {
+		t.Fatal(`docs/contract.md has no "## Several limits" section`)
+	}
+	_, block, ok := strings.Cut(section, "```json\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal(`the "Several limits" section has no json example`)
+	}
+	var example any
+	if err := json.Unmarshal([]byte(block), &example); err != nil {
+		t.Fatalf("contract example: %v", err)
+	}
+	istio := field(t, loadIstioYAML(t, "wasmplugin.yaml"), "spec", "pluginConfig")
+	if !reflect.DeepEqual(example, normalizeJSON(t, istio)) {
+		t.Errorf("envoy/istio/wasmplugin.yaml pluginConfig differs from the contract's example:\n%s\nvs\n%s",
+			mustJSON(t, istio), block)
+	}
+	if _, err := filter.ParseSettings([]byte(block)); err != nil {
+		t.Errorf("contract example is invalid: %v", err)
+	}
+}
+
+// normalizeJSON gives a decoded YAML value the types encoding/json decodes
+// the same document to.
+func normalizeJSON(t *testing.T, v any) any {
+	var out any
+	if err := json.Unmarshal([]byte(mustJSON(t, v)), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
