@@ -297,7 +297,14 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // settings is the plugin configuration a test runs, with every default
-// filled in by the plugin's own parser.
+// filled in by the plugin's own parser: its primary limit (the only one in
+// the single-limit form), whose metrics also count the plugin's panics.
 type settings = filter.Config
 
-func parseSettings(raw string) (settings, error) { return filter.ParseConfig([]byte(raw)) }
+func parseSettings(raw string) (settings, error) {
+	s, err := filter.ParseSettings([]byte(raw))
+	if err != nil {
+		return settings{}, err
+	}
+	return s.Limits[s.Primary()], nil
+}

@@ -476,6 +476,9 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	}
 	d := l.reject(reason, reset, reset)
 	d.Limit = cs.share
+	// A request costing more than is left takes nothing: the units stay
+	// the client's, and the headers say so.
+	d.Remaining = max(0, cs.share-cs.granted) + cs.lease
 	d.Cycle = cs.plan
 	return d
 }

@@ -221,7 +221,21 @@ func (b *Bootstrap) ingressHCM() (map[string]any, error) {
 // wasmPluginConfig returns the PluginConfig (typed_config.config) of the
 // ingress Wasm filter.
 func (b *Bootstrap) wasmPluginConfig() (map[string]any, error) {
-	f, err := b.WasmFilter()
+	l, err := b.listener(IngressListener)
+	if err != nil {
+		return nil, err
+	}
+	return listenerPluginConfig(l)
+}
+
+// listenerPluginConfig returns the PluginConfig of the Wasm filter of a
+// listener shaped like the ingress one.
+func listenerPluginConfig(l map[string]any) (map[string]any, error) {
+	hcm, err := path(l, "filter_chains", 0, "filters", 0, "typed_config")
+	if err != nil {
+		return nil, err
+	}
+	f, err := named(hcm, WasmFilterName, "http_filters")
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +244,71 @@ func (b *Bootstrap) wasmPluginConfig() (map[string]any, error) {
 		return nil, err
 	}
 	return v.(map[string]any), nil
+}
+
+// IngressToLDS moves the ingress listener from static_resources to a
+// file-based LDS source at file (an absolute path), which Envoy watches:
+// replacing the file by a rename pushes an update. It returns the listener,
+// for the caller to write with WriteLDS and change later.
+func (b *Bootstrap) IngressToLDS(file string) (map[string]any, error) {
+	l, err := b.listener(IngressListener)
+	if err != nil {
+		return nil, err
+	}
+	sr := b.root["static_resources"].(map[string]any)
+	var kept []any
+	for _, e := range sr["listeners"].([]any) {
+		if m, ok := e.(map[string]any); !ok || m["name"] != IngressListener {
+			kept = append(kept, e)
+		}
+	}
+	sr["listeners"] = kept
+	// Envoy requires a node identity for any xDS source, files included.
+	if _, ok := b.root["node"]; !ok {
+		b.root["node"] = map[string]any{"id": "borrowcycle", "cluster": "borrowcycle"}
+	}
+	b.root["dynamic_resources"] = map[string]any{"lds_config": map[string]any{
+		"resource_api_version": "V3",
+		"path_config_source":   map[string]any{"path": file},
+	}}
+	return l, nil
+}
+
+// SetListenerPluginConfig replaces the plugin configuration of the Wasm
+// filter of a listener shaped like the ingress one (see IngressToLDS).
+func SetListenerPluginConfig(l map[string]any, config string) error {
+	cfg, err := listenerPluginConfig(l)
+	if err != nil {
+		return err
+	}
+	cfg["configuration"] = map[string]any{
+		"@type": "type.googleapis.com/google.protobuf.StringValue",
+		"value": config,
+	}
+	return nil
+}
+
+// WriteLDS writes listeners as an LDS discovery response to file, by
+// writing a temporary file beside it and renaming it over file: Envoy
+// watches for the rename and never reads a half-written file.
+func WriteLDS(file string, listeners ...map[string]any) error {
+	res := make([]any, len(listeners))
+	for i, l := range listeners {
+		typed := map[string]any{"@type": "type.googleapis.com/envoy.config.listener.v3.Listener"}
+		for k, v := range l {
+			typed[k] = v
+		}
+		res[i] = typed
+	}
+	raw, err := yaml.Marshal(map[string]any{"resources": res})
+	if err != nil {
+		return err
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
 }
 
 // path walks maps by string keys and lists by int indexes to a map (the

@@ -30,6 +30,10 @@ type Options struct {
 	Name string
 	// ReadyTimeout bounds start-up; zero means 60 s.
 	ReadyTimeout time.Duration
+	// Render, when set, edits the bootstrap once its ports are set and
+	// before it is written: the place for edits that need the ports, such
+	// as moving a listener to a file-based LDS source.
+	Render func(b *Bootstrap, p Ports) error
 }
 
 // Envoy is a running Envoy process.
@@ -77,6 +81,11 @@ func startOnce(ctx context.Context, o Options, attempt int) (*Envoy, error) {
 	if err := o.Bootstrap.SetPorts(p); err != nil {
 		return nil, err
 	}
+	if o.Render != nil {
+		if err := o.Render(o.Bootstrap, p); err != nil {
+			return nil, err
+		}
+	}
 	raw, err := o.Bootstrap.Bytes()
 	if err != nil {
 		return nil, err
@@ -105,10 +114,13 @@ func startOnce(ctx context.Context, o Options, attempt int) (*Envoy, error) {
 	}
 	// --use-dynamic-base-id: Envoys started side by side would otherwise
 	// collide on the shared-memory base id of hot restart.
+	// --file-flush-interval-msec: the access log (stdout, in the log file)
+	// reaches the file within 100 ms instead of Envoy's default 10 s.
 	e.cmd = exec.Command(o.Envoy,
 		"-c", e.Config,
 		"--concurrency", strconv.Itoa(concurrency),
 		"--use-dynamic-base-id",
+		"--file-flush-interval-msec", "100",
 		"--log-level", "info",
 		"--disable-hot-restart")
 	e.cmd.Stdout = logFile

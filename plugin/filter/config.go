@@ -28,8 +28,9 @@ var styleNames = [...]string{"x-ratelimit", "ietf", "none"}
 // String is the style's name in the configuration.
 func (s HeaderStyle) String() string { return styleNames[s] }
 
-// Config is the parsed plugin configuration (docs/contract.md), with every
-// default filled in and the engine's Config derived from it.
+// Config is one parsed limit (docs/contract.md), with every default filled
+// in and the engine's Config derived from it. The single-limit form of the
+// plugin configuration is one Config whose Match is empty.
 type Config struct {
 	ClientHeader     string // lower-cased: Envoy looks headers up lower-cased
 	Passthrough      bool
@@ -39,7 +40,31 @@ type Config struct {
 	MaxClientIDBytes int
 	Name             string
 	DebugHeaders     bool
-	Engine           engine.Config
+	LogClientID      bool  // the access-log record carries the raw id
+	Cost             int64 // units each matched request takes
+	Match            Match // which requests the limit decides; empty: all
+	// Unlimited marks a rule that lets the requests it matches pass
+	// unlimited (a health check, say); it has only Name and Match.
+	Unlimited bool
+	Engine    engine.Config
+}
+
+// Settings is the whole parsed plugin configuration: its limits, in the
+// order in which requests are matched against them.
+type Settings struct {
+	Limits []Config
+}
+
+// Primary is the index of the first limit that limits (is not Unlimited):
+// the one that speaks for the filter where no request's limit is known.
+// Validation guarantees there is one.
+func (s *Settings) Primary() int {
+	for i := range s.Limits {
+		if !s.Limits[i].Unlimited {
+			return i
+		}
+	}
+	return 0
 }
 
 // rawConfig holds each field undecoded (nil when absent), so that a wrong
@@ -61,6 +86,11 @@ type rawConfig struct {
 	MaxClientIDBytes json.RawMessage `json:"max_client_id_bytes"`
 	Name             json.RawMessage `json:"name"`
 	DebugHeaders     json.RawMessage `json:"debug_headers"`
+	LogClientID      json.RawMessage `json:"log_client_id"`
+	Cost             json.RawMessage `json:"cost"`
+	Match            json.RawMessage `json:"match"`
+	Limits           json.RawMessage `json:"limits"`    // top level only
+	Unlimited        json.RawMessage `json:"unlimited"` // elements of limits only
 }
 
 // configError is a configuration error that names its field. Its text is
@@ -98,17 +128,45 @@ const (
 	maxClientIDBytesLimit   = 4096
 	maxNameLen              = 64
 	maxHeaderNameLen        = 256
+	maxCost                 = 1 << 20
 )
 
-// ParseConfig parses the plugin configuration. It is pure (no clock, no host
-// calls), so every Envoy worker reaches the same verdict on the same bytes:
-// a worker whose start fails after the canary passed would skip the filter.
+// ParseSettings parses the plugin configuration: either the single-limit
+// form (the limit's fields at the top level) or a "limits" list (limits.go).
+// It is pure (no clock, no host calls), so every Envoy worker reaches the
+// same verdict on the same bytes: a worker whose start fails after the
+// canary passed would skip the filter.
+func ParseSettings(data []byte) (Settings, error) {
+	var top rawConfig
+	if err := decodeStrict(data, &top, ""); err != nil {
+		return Settings{}, err
+	}
+	if top.Limits == nil {
+		cfg, err := parseLimit(&top, fieldParser{})
+		if err != nil {
+			return Settings{}, err
+		}
+		return Settings{Limits: []Config{cfg}}, nil
+	}
+	return parseLimits(&top)
+}
+
+// ParseConfig parses a plugin configuration that holds exactly one limit,
+// in either form: the configuration of tests and tools that run one.
 func ParseConfig(data []byte) (Config, error) {
-	var raw rawConfig
-	if err := decodeStrict(data, &raw); err != nil {
+	s, err := ParseSettings(data)
+	if err != nil {
 		return Config{}, err
 	}
-	p := &fieldParser{}
+	if len(s.Limits) != 1 {
+		return Config{}, fieldError("limits", "this caller runs exactly one limit, got "+strconv.Itoa(len(s.Limits)))
+	}
+	return s.Limits[0], nil
+}
+
+// parseLimit parses one limit from raw, whose fields are the limit's own or
+// inherited (p.label says which name an error gives the field).
+func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	capacity := p.integer("capacity", raw.Capacity, 0, 1, engine.MaxCapacity, true)
 	cycle := p.duration("cycle", raw.Cycle, 0, 0, engine.MaxCycle, true)
 	if p.err != nil {
@@ -129,8 +187,14 @@ func ParseConfig(data []byte) (Config, error) {
 	cfg.MaxClientIDBytes = int(p.integer("max_client_id_bytes", raw.MaxClientIDBytes, DefaultMaxClientIDBytes, 1, maxClientIDBytesLimit, false))
 	cfg.Name = p.name("name", raw.Name, DefaultName)
 	cfg.DebugHeaders = p.boolean("debug_headers", raw.DebugHeaders, false)
+	cfg.LogClientID = p.boolean("log_client_id", raw.LogClientID, false)
+	cfg.Cost = p.integer("cost", raw.Cost, 1, 1, maxCost, false)
+	cfg.Match = p.match("match", raw.Match)
 	if p.err != nil {
 		return Config{}, p.err
+	}
+	if cfg.Cost > capacity {
+		return Config{}, fieldError(p.label("cost"), "must not exceed capacity ("+strconv.FormatInt(capacity, 10)+"), got "+strconv.FormatInt(cfg.Cost, 10))
 	}
 	cfg.Engine.Passthrough = mode == "passthrough"
 	cfg.Passthrough = cfg.Engine.Passthrough
@@ -139,7 +203,7 @@ func ParseConfig(data []byte) (Config, error) {
 	// that share a vm_id apart.
 	cfg.Engine.KeyPrefix = "borrowcycle/" + cfg.Name
 	if err := cfg.Engine.Validate(); err != nil {
-		return Config{}, fromEngineError(err)
+		return Config{}, fromEngineError(err, p.label)
 	}
 	return cfg, nil
 }
@@ -147,19 +211,20 @@ func ParseConfig(data []byte) (Config, error) {
 // fromEngineError maps the engine's validation error onto the contract's
 // field names. The checks above make it unreachable for the user-facing
 // fields; it stays as the backstop if the engine's bounds tighten.
-func fromEngineError(err error) error {
+func fromEngineError(err error, label func(string) string) error {
 	var fe *engine.FieldError
 	if !errors.As(err, &fe) {
-		return fieldError("config", err.Error())
+		return fieldError(label("config"), err.Error())
 	}
 	field := fe.Field
 	if field == "key_prefix" {
 		field = "name"
 	}
-	return fieldError(field, fe.Reason)
+	return fieldError(label(field), fe.Reason)
 }
 
-// decodeStrict reads one JSON object into raw. Field names must match
+// decodeStrict reads one JSON object into raw; at names the object in
+// errors ("" for the whole configuration). Field names must match
 // exactly: json.Unmarshal into a struct would match them ignoring case
 // ("Capacity" setting capacity), so the object is read as a map and each
 // key looked up. A key given twice keeps its last value, as encoding/json
@@ -168,34 +233,55 @@ func fromEngineError(err error) error {
 // json.Decoder is avoided on purpose: its io.Reader call keeps every Read
 // method reachable, which links the WASI import fd_read, and Envoy provides
 // only a fixed set of WASI functions.
-func decodeStrict(data []byte, raw *rawConfig) error {
+func decodeStrict(data []byte, raw *rawConfig, at string) error {
 	trimmed := bytes.TrimSpace(data)
 	switch {
-	case len(trimmed) == 0:
+	case len(trimmed) == 0 && at == "":
 		return fieldError("capacity", "required")
-	case trimmed[0] != '{':
+	case len(trimmed) == 0 || trimmed[0] != '{':
 		if !json.Valid(trimmed) {
 			return jsonError(json.Unmarshal(trimmed, new(any)))
 		}
+		if at != "" {
+			return fieldError(at, "must be an object, got "+jsonKind(trimmed))
+		}
 		return fieldError("json", "the configuration must be a JSON object, got "+jsonKind(trimmed))
 	}
+	members, names, err := objectMembers(trimmed)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		dst := raw.field(name)
+		if dst == nil || at != "" && name == "limits" || at == "" && name == "unlimited" {
+			return fieldError(join(at, name), "unknown field")
+		}
+		*dst = members[name]
+	}
+	return nil
+}
+
+// objectMembers decodes a JSON object into its members and their names,
+// sorted: with several wrong fields the same one is reported every time.
+func objectMembers(obj []byte) (map[string]json.RawMessage, []string, error) {
 	var members map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &members); err != nil {
-		return jsonError(err)
+	if err := json.Unmarshal(obj, &members); err != nil {
+		return nil, nil, jsonError(err)
 	}
 	names := make([]string, 0, len(members))
 	for name := range members {
 		names = append(names, name)
 	}
-	sort.Strings(names) // several unknown fields: report the same one every time
-	for _, name := range names {
-		dst := raw.field(name)
-		if dst == nil {
-			return fieldError(name, "unknown field")
-		}
-		*dst = members[name]
+	sort.Strings(names)
+	return members, names, nil
+}
+
+// join names a field inside the object at ("" for the top level).
+func join(at, field string) string {
+	if at == "" {
+		return field
 	}
-	return nil
+	return at + "." + field
 }
 
 // field returns where the field called exactly name goes, nil if unknown.
@@ -231,6 +317,16 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Name
 	case "debug_headers":
 		return &r.DebugHeaders
+	case "log_client_id":
+		return &r.LogClientID
+	case "cost":
+		return &r.Cost
+	case "match":
+		return &r.Match
+	case "limits":
+		return &r.Limits
+	case "unlimited":
+		return &r.Unlimited
 	}
 	return nil
 }
@@ -247,12 +343,33 @@ func jsonError(err error) error {
 }
 
 // fieldParser parses fields in order and keeps the first error, so a
-// configuration is reported field by field in the contract's order.
-type fieldParser struct{ err error }
+// configuration is reported field by field in the contract's order. For an
+// element of limits, at is its name ("limits[2]"), own its fields and top
+// the top level's: an error names a field the element inherits from the
+// top level by its top-level name, and any other as "limits[2].field".
+type fieldParser struct {
+	err      error
+	at       string
+	own, top *rawConfig
+}
+
+// label is the name of field in errors.
+func (p *fieldParser) label(field string) string {
+	if p.own == nil || given(p.own, field) || !given(p.top, field) {
+		return join(p.at, field)
+	}
+	return field
+}
+
+// given reports whether raw holds field.
+func given(raw *rawConfig, field string) bool {
+	f := raw.field(field)
+	return f != nil && *f != nil
+}
 
 func (p *fieldParser) fail(field, reason string) {
 	if p.err == nil {
-		p.err = fieldError(field, reason)
+		p.err = fieldError(p.label(field), reason)
 	}
 }
 

@@ -163,12 +163,12 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestFromEngineErrorMapsFieldNames(t *testing.T) {
-	err := fromEngineError(&engine.FieldError{Field: "key_prefix", Reason: "too long"})
+	err := fromEngineError(&engine.FieldError{Field: "key_prefix", Reason: "too long"}, func(f string) string { return f })
 	if err.Error() != "name: too long" {
 		t.Errorf("key_prefix error = %q, want it reported as name", err)
 	}
-	err = fromEngineError(&engine.FieldError{Field: "min_cycle", Reason: "bad"})
-	if err.Error() != "min_cycle: bad" {
+	err = fromEngineError(&engine.FieldError{Field: "min_cycle", Reason: "bad"}, func(f string) string { return "limits[1]." + f })
+	if err.Error() != "limits[1].min_cycle: bad" {
 		t.Errorf("min_cycle error = %q", err)
 	}
 }

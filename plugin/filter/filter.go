@@ -10,84 +10,200 @@ package filter
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
-// Filter is one plugin configuration in one VM: its limiter (this worker's
-// view of the limit) and the responses it plans. Like the VM that holds it,
-// it runs one callback at a time.
+// Filter is one plugin configuration in one VM: for each limit, its
+// limiter (this worker's view of the limit) and the responses it plans.
+// Like the VM that holds it, it runs one callback at a time.
 type Filter struct {
-	cfg     Config
-	clock   engine.Clock
+	set    Settings
+	clock  engine.Clock
+	limits []limit
+	// needPath and needMethod say whether some limit matches on them, so
+	// that a filter without such limits never reads them.
+	needPath, needMethod bool
+	log                  accessLog
+}
+
+// limit is one configured limit at run time; an unlimited rule has no
+// limiter.
+type limit struct {
+	cfg     *Config
 	limiter *engine.Limiter
 	resp    responder
 }
 
-// New builds the filter of a valid configuration over store, the state all
-// workers share. obs may be nil.
-func New(cfg Config, store engine.Store, clock engine.Clock, obs engine.Observer) (*Filter, error) {
-	opts := []engine.Option{engine.WithClock(clock)}
-	if obs != nil {
-		opts = append(opts, engine.WithObserver(obs))
-	}
-	l, err := engine.New(cfg.Engine, store, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Filter{cfg: cfg, clock: clock, limiter: l, resp: newResponder(&cfg)}, nil
+// Outcome is the filter's verdict on one request.
+type Outcome struct {
+	// Limit is the index of the limit that decided, -1 when none did (no
+	// limit matched, or an unlimited rule did): the request passes
+	// unlimited and Decision is the zero value.
+	Limit    int
+	Decision engine.Decision
+	// Client is the id the limit counted; empty for an anonymous request.
+	Client string
 }
 
-// Config is the configuration the filter runs.
-func (f *Filter) Config() *Config { return &f.cfg }
+// Matched reports whether a limit decided the request.
+func (o *Outcome) Matched() bool { return o.Limit >= 0 }
 
-// Decide admits or rejects one request, given the value of its client
-// header (found false when the header is absent). An anonymous request has
-// the empty id, to which the engine applies the mode (passthrough admits)
-// and counts nothing.
-func (f *Filter) Decide(value string, found bool) engine.Decision {
-	id, _ := ClientID(value, found, f.cfg.MaxClientIDBytes)
-	return f.limiter.AdmitAt(f.clock.Now(), id)
+// New builds the filter of valid settings over store, the state all
+// workers share. obs returns the observer of the i-th limit; it may be nil.
+func New(set Settings, store engine.Store, clock engine.Clock, obs func(i int) engine.Observer) (*Filter, error) {
+	f := &Filter{set: set, clock: clock, limits: make([]limit, len(set.Limits))}
+	for i := range set.Limits {
+		cfg := &f.set.Limits[i]
+		f.needPath = f.needPath || cfg.Match.PathPrefix != "" || cfg.Match.PathExact != ""
+		f.needMethod = f.needMethod || len(cfg.Match.Methods) > 0
+		if cfg.Unlimited {
+			f.limits[i] = limit{cfg: cfg}
+			continue
+		}
+		opts := []engine.Option{engine.WithClock(clock)}
+		if obs != nil {
+			if o := obs(i); o != nil {
+				opts = append(opts, engine.WithObserver(o))
+			}
+		}
+		l, err := engine.New(cfg.Engine, store, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("limit %q: %w", cfg.Name, err)
+		}
+		f.limits[i] = limit{cfg: cfg, limiter: l, resp: newResponder(cfg)}
+	}
+	f.log = newAccessLog(f.set.Limits)
+	return f, nil
+}
+
+// Settings is the configuration the filter runs.
+func (f *Filter) Settings() *Settings { return &f.set }
+
+// Match is the index of the first limit whose match holds for req, -1 if
+// none does. It reads ":path" and ":method" once, and only when a limit
+// needs them.
+func (f *Filter) Match(req Request) int {
+	var line requestLine
+	if f.needPath {
+		p, _ := req.Header(":path")
+		line.path = stripQuery(p)
+	}
+	if f.needMethod {
+		line.method, _ = req.Header(":method")
+	}
+	for i := range f.limits {
+		if f.limits[i].cfg.Match.holds(&line, req) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Decide matches one request and, when a limit matches, admits or rejects
+// it there, charging the limit's cost. An anonymous request (client header
+// missing or unusable) has the empty id, to which the engine applies the
+// mode (passthrough admits) and counts nothing.
+func (f *Filter) Decide(req Request) Outcome {
+	i := f.Match(req)
+	if i < 0 || f.limits[i].limiter == nil {
+		return Outcome{Limit: -1}
+	}
+	l := &f.limits[i]
+	value, found := req.Header(l.cfg.ClientHeader)
+	id, _ := ClientID(value, found, l.cfg.MaxClientIDBytes)
+	return Outcome{Limit: i, Decision: l.limiter.AdmitNAt(f.clock.Now(), id, l.cfg.Cost), Client: id}
 }
 
 // FailSafe is the decision when Decide could not finish (a panic below it):
 // admit, unless failure_mode_deny asks to reject as for unavailable state.
-func (f *Filter) FailSafe() engine.Decision {
-	if !f.cfg.Engine.FailureModeDeny || f.cfg.Passthrough {
-		return engine.Decision{Allowed: true, Reason: engine.ReasonStoreFailure}
+// The limit that would have decided is unknown, so the primary one (the
+// only one in the single-limit form) speaks for the filter.
+func (f *Filter) FailSafe() Outcome {
+	i := f.set.Primary()
+	c := &f.set.Limits[i]
+	if !c.Engine.FailureModeDeny || c.Passthrough {
+		return Outcome{Limit: i, Decision: engine.Decision{Allowed: true, Reason: engine.ReasonStoreFailure}}
 	}
-	return engine.Decision{Reason: engine.ReasonStoreFailure, WouldReject: true, RetryAfter: time.Second}
+	return Outcome{Limit: i, Decision: engine.Decision{Reason: engine.ReasonStoreFailure, WouldReject: true, RetryAfter: time.Second}}
 }
 
-// Reply is the local reply for a rejected decision. It is valid until the
+// Reply is the local reply for a rejected outcome. It is valid until the
 // next call of Reply or ResponseHeaders.
-func (f *Filter) Reply(d engine.Decision) Reply { return f.resp.reply(d) }
+func (f *Filter) Reply(o Outcome) Reply { return f.limits[o.Limit].resp.reply(o.Decision) }
 
 // ResponseHeaders are the headers to add to the upstream response of an
 // admitted request; often none. They are valid until the next call of Reply
 // or ResponseHeaders.
-func (f *Filter) ResponseHeaders(d engine.Decision) [][2]string { return f.resp.responseHeaders(d) }
+func (f *Filter) ResponseHeaders(o Outcome) [][2]string {
+	if !o.Matched() {
+		return nil
+	}
+	return f.limits[o.Limit].resp.responseHeaders(o.Decision)
+}
 
-// Tick rolls the cycle over when due and hands back unused leases; it
-// returns the number of clients the shared table holds.
-func (f *Filter) Tick() int {
-	f.limiter.TickAt(f.clock.Now())
-	return f.limiter.ActiveClients()
+// AccessLog is the access-log record of a decided outcome (accesslog.go).
+// It is valid until the next call.
+func (f *Filter) AccessLog(o Outcome) []byte { return f.log.record(o) }
+
+// Tick rolls every limit's cycle over when due and hands back unused
+// leases; it reports the number of clients each limit's shared table holds
+// through active.
+func (f *Filter) Tick(active func(i, clients int)) {
+	now := f.clock.Now()
+	for i := range f.limits {
+		l := f.limits[i].limiter
+		if l == nil {
+			continue
+		}
+		l.TickAt(now)
+		if active != nil {
+			active(i, l.ActiveClients())
+		}
+	}
+}
+
+// TickPeriod is how often the host should call Tick: often enough for the
+// limit with the shortest cycle (Config.TickPeriod).
+func (f *Filter) TickPeriod() time.Duration {
+	p := f.set.Limits[f.set.Primary()].TickPeriod()
+	for i := range f.set.Limits {
+		if !f.set.Limits[i].Unlimited {
+			p = min(p, f.set.Limits[i].TickPeriod())
+		}
+	}
+	return p
 }
 
 // Summary is the one info line that says what this filter enforces.
 func (f *Filter) Summary() string {
-	c := &f.cfg
+	var b strings.Builder
+	b.WriteString("borrowcycle:")
+	for i := range f.set.Limits {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		b.WriteString(" ")
+		b.WriteString(limitSummary(&f.set.Limits[i]))
+	}
+	return b.String()
+}
+
+func limitSummary(c *Config) string {
+	if c.Unlimited {
+		return fmt.Sprintf("limit %q: match %s, unlimited", c.Name, c.Match.String())
+	}
 	mode := "enforce"
 	if c.Passthrough {
 		mode = "passthrough"
 	}
 	e := &c.Engine
-	return fmt.Sprintf("borrowcycle: limit %q: capacity %d per %s, reservation %g, client header %q, mode %s, "+
+	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client header %q, mode %s, "+
 		"max_clients %d, idle_cycles %d, min_cycle %s, failure_mode_deny %t, headers %s (on allowed: %t), "+
-		"status %d, max_client_id_bytes %d, debug_headers %t",
-		c.Name, e.Capacity, e.Cycle, e.Reservation, c.ClientHeader, mode,
+		"status %d, max_client_id_bytes %d, debug_headers %t, log_client_id %t",
+		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientHeader, mode,
 		e.MaxClients, e.IdleCycles, e.MinCycle, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
-		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders)
+		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.LogClientID)
 }

@@ -153,6 +153,13 @@ func BenchmarkPerRequest(b *testing.B) {
 		{"default", benchWith("")},
 		{"ietf", benchWith(`"rate_limit_headers": "ietf"`)},
 		{"no_headers_on_allowed", benchWith(`"headers_on_allowed": false`)},
+		// The request ("GET /") is decided by the last of four limits: the
+		// host reads :path and :method, and matching tries every rule.
+		{"fourth_of_four_limits", `{"capacity": 1000000000, "cycle": "1m", "min_cycle": "1m", "limits": [
+			{"name": "health", "unlimited": true, "match": {"path_exact": "/healthz"}},
+			{"name": "search", "match": {"path_prefix": "/search", "methods": ["GET", "HEAD"]}},
+			{"name": "export", "cost": 5, "match": {"path_prefix": "/export"}},
+			{"name": "bench"}]}`},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {

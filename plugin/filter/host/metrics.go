@@ -5,6 +5,11 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
 
+// unmatchedMetric counts requests that no limit decided (none matched, or
+// an unlimited rule did): they pass unlimited. It has no limit name, so it
+// stays outside the per-limit names (and the stats_tags that split them).
+const unmatchedMetric = "borrowcycle.requests_unlimited"
+
 // metrics are the limit's counters and gauge, named per docs/contract.md.
 // Envoy resolves every worker's definition of a name to one process-wide
 // stat, so counters add up across workers.
@@ -83,9 +88,15 @@ func (m *metrics) count(d engine.Decision) {
 // refuses stays pending for the next tick.
 func (m *metrics) flush() {
 	for _, c := range m.all {
-		if c.pending > 0 && m.hostCall(func() { c.id.Increment(c.pending) }) {
-			c.pending = 0
-		}
+		m.flushCounter(c)
+	}
+}
+
+// flushCounter hands c's pending increments to the host, keeping them for
+// the next tick if the host refuses.
+func (m *metrics) flushCounter(c *counter) {
+	if c.pending > 0 && m.hostCall(func() { c.id.Increment(c.pending) }) {
+		c.pending = 0
 	}
 }
 

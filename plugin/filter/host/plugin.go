@@ -28,6 +28,9 @@ type vmContext struct {
 	// metrics are defined once per VM and limit name, and reused when the
 	// plugin is reconfigured without a new VM.
 	metrics map[string]*metrics
+	// unmatched counts requests no limit decided, for every configuration
+	// of this VM; defined on first use.
+	unmatched *counter
 }
 
 // OnVMStart implements types.VMContext.
@@ -68,13 +71,28 @@ func (v *vmContext) metricsFor(name string) *metrics {
 	return m
 }
 
+// unmatchedCounter returns the counter of requests no limit decided,
+// defining it on first use in this VM (a host error panics into
+// OnPluginStart's guard, as for defineMetrics).
+func (v *vmContext) unmatchedCounter() *counter {
+	if v.unmatched == nil {
+		v.unmatched = &counter{id: proxywasm.DefineCounterMetric(unmatchedMetric)}
+	}
+	return v.unmatched
+}
+
 // pluginContext is one plugin configuration in one VM.
 type pluginContext struct {
 	types.DefaultPluginContext
-	vm      *vmContext
-	filter  *filter.Filter
-	metrics *metrics
-	replier replier
+	vm     *vmContext
+	filter *filter.Filter
+	// metrics are the primary limit's: they also count the plugin's panics,
+	// which belong to no one limit. limits holds every limit's, by index
+	// (nil for unlimited rules).
+	metrics   *metrics
+	limits    []*metrics
+	unmatched *counter
+	replier   replier
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -85,7 +103,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("borrowcycle: reading the plugin configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	cfg, err := filter.ParseConfig(data)
+	cfg, err := filter.ParseSettings(data)
 	if err != nil {
 		proxywasm.LogError("borrowcycle: invalid configuration: " + err.Error())
 		return types.OnPluginStartStatusFailed
@@ -99,17 +117,24 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 }
 
 // start builds the filter for a valid configuration.
-func (p *pluginContext) start(cfg filter.Config) error {
-	m := p.vm.metricsFor(cfg.Name)
+func (p *pluginContext) start(set filter.Settings) error {
+	ms := make([]*metrics, len(set.Limits)) // nil for unlimited rules
+	for i := range set.Limits {
+		if set.Limits[i].Unlimited {
+			continue
+		}
+		ms[i] = p.vm.metricsFor(set.Limits[i].Name)
+	}
+	unmatched := p.vm.unmatchedCounter()
 	store := &sharedStore{zeroCAS: p.vm.test.ZeroCAS}
-	f, err := filter.New(cfg, store, p.vm.test.clock(), &observer{m: m})
+	f, err := filter.New(set, store, p.vm.test.clock(), func(i int) engine.Observer { return &observer{m: ms[i]} })
 	if err != nil {
 		return err
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(cfg.TickPeriod().Milliseconds())); err != nil {
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(f.TickPeriod().Milliseconds())); err != nil {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
-	p.filter, p.metrics = f, m
+	p.filter, p.metrics, p.limits, p.unmatched = f, ms[set.Primary()], ms, unmatched
 	return nil
 }
 
@@ -120,10 +145,18 @@ func (p *pluginContext) OnTick() {
 		return
 	}
 	// Counters first: a tick that panics below must not hold them back.
-	p.metrics.flush()
-	p.metrics.setActive(p.filter.Tick())
+	for _, m := range p.limits {
+		if m != nil {
+			m.flush()
+		}
+	}
+	p.metrics.flushCounter(p.unmatched)
+	p.filter.Tick(p.setActive)
 	p.vm.test.reportMemory()
 }
+
+// setActive records the i-th limit's number of registered clients.
+func (p *pluginContext) setActive(i, clients int) { p.limits[i].setActive(clients) }
 
 // NewHttpContext implements types.PluginContext.
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
@@ -139,9 +172,9 @@ type httpContext struct {
 
 // stream is what a stream remembers between its request and its response.
 type stream struct {
-	decision engine.Decision
-	decided  bool // decision holds this stream's admission
-	replied  bool // this filter sent a local reply, headers included
+	outcome filter.Outcome
+	decided bool // outcome holds this stream's admission
+	replied bool // this filter sent a local reply, headers included
 }
 
 // OnHttpRequestHeaders implements types.HttpContext: it admits or rejects
@@ -152,21 +185,42 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		return types.ActionContinue // not started: Envoy would not run the filter
 	}
 	defer guard(h.plugin, "OnHttpRequestHeaders", func() { action = h.failSafe() })
-	value, err := proxywasm.GetHttpRequestHeader(f.Config().ClientHeader)
-	d := f.Decide(value, err == nil)
-	h.plugin.metrics.count(d)
-	return h.carryOut(d)
+	o := f.Decide(requestHeaders{})
+	if !o.Matched() {
+		h.plugin.unmatched.pending++
+		return types.ActionContinue
+	}
+	h.plugin.limits[o.Limit].count(o.Decision)
+	// The record is only information: a host that refuses it (or a
+	// listener without access logs) changes nothing for the request.
+	_ = proxywasm.SetProperty(accessLogPath, f.AccessLog(o))
+	return h.carryOut(o)
+}
+
+// accessLogPath is the property path of the access-log record.
+var accessLogPath = []string{filter.AccessLogProperty}
+
+// requestHeaders reads the current request's headers from the host, on
+// demand. It has no fields, so passing it as a filter.Request allocates
+// nothing.
+type requestHeaders struct{}
+
+// Header implements filter.Request.
+func (requestHeaders) Header(name string) (string, bool) {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
 }
 
 // carryOut records the decision for the response and sends the local
 // reply of a rejection. If the host refuses the reply, the request
 // continues, because a paused stream without a reply would hang.
-func (h *httpContext) carryOut(d engine.Decision) types.Action {
-	h.stream = stream{decision: d, decided: true}
+func (h *httpContext) carryOut(o filter.Outcome) types.Action {
+	h.stream = stream{outcome: o, decided: true}
+	d := &o.Decision
 	if d.Allowed {
 		return types.ActionContinue
 	}
-	if err := h.plugin.replier.send(h.plugin.filter.Reply(d)); err != nil {
+	if err := h.plugin.replier.send(h.plugin.filter.Reply(o)); err != nil {
 		proxywasm.LogWarnf("borrowcycle: sending the %s reply: %v", d.Reason, err)
 		return types.ActionContinue
 	}
@@ -178,13 +232,13 @@ func (h *httpContext) carryOut(d engine.Decision) types.Action {
 // admitted request gets no headers: the decision knows no share. It runs
 // outside the callback's guard, so it has its own.
 func (h *httpContext) failSafe() (action types.Action) {
-	d := h.plugin.filter.FailSafe()
-	if d.Allowed {
+	o := h.plugin.filter.FailSafe()
+	if o.Decision.Allowed {
 		h.stream = stream{}
 		return types.ActionContinue
 	}
 	defer guard(h.plugin, "OnHttpRequestHeaders reply", func() { action = types.ActionContinue })
-	return h.carryOut(d)
+	return h.carryOut(o)
 }
 
 // OnHttpResponseHeaders implements types.HttpContext: it adds the
@@ -196,7 +250,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	defer guard(h.plugin, "OnHttpResponseHeaders", nil)
-	for _, kv := range h.plugin.filter.ResponseHeaders(h.decision) {
+	for _, kv := range h.plugin.filter.ResponseHeaders(h.outcome) {
 		// A refused header only loses information; the response goes on.
 		_ = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
 	}
