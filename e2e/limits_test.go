@@ -124,7 +124,7 @@ func TestSeveralLimits(t *testing.T) {
 		}
 	}
 
-	st, err := fetchStats(tg.admin)
+	st, err := tg.flushedStats()
 	if err != nil {
 		t.Fatal(err)
 	}

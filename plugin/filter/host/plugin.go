@@ -193,12 +193,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	h.plugin.limits[o.Limit].count(o.Decision)
 	// The record is only information: a host that refuses it (or a
 	// listener without access logs) changes nothing for the request.
-	_ = proxywasm.SetProperty(accessLogPath, f.AccessLog(o))
+	_ = setAccessLog(f.AccessLog(o))
 	return h.carryOut(o)
 }
-
-// accessLogPath is the property path of the access-log record.
-var accessLogPath = []string{filter.AccessLogProperty}
 
 // requestHeaders reads the current request's headers from the host, on
 // demand. It has no fields, so passing it as a filter.Request allocates

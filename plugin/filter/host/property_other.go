@@ -1,0 +1,19 @@
+//go:build !wasm
+
+package host
+
+import (
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+)
+
+var accessLogPath = []string{filter.AccessLogProperty}
+
+// setAccessLog sets the access-log record through the SDK: natively the
+// host is the SDK's emulator, which has no ABI to call.
+func setAccessLog(record []byte) error {
+	if len(record) == 0 {
+		return nil
+	}
+	return proxywasm.SetProperty(accessLogPath, record)
+}
