@@ -79,6 +79,7 @@ type rawConfig struct {
 	MaxClients       json.RawMessage `json:"max_clients"`
 	IdleCycles       json.RawMessage `json:"idle_cycles"`
 	MinCycle         json.RawMessage `json:"min_cycle"`
+	WindowOffset     json.RawMessage `json:"window_offset"`
 	FailureModeDeny  json.RawMessage `json:"failure_mode_deny"`
 	RateLimitHeaders json.RawMessage `json:"rate_limit_headers"`
 	HeadersOnAllowed json.RawMessage `json:"headers_on_allowed"`
@@ -180,6 +181,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
 	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
 	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, max(cycle/10, 1), 0, cycle, false)
+	cfg.Engine.WindowOffset = p.windowOffset("window_offset", raw.WindowOffset, cycle)
 	cfg.Engine.FailureModeDeny = p.boolean("failure_mode_deny", raw.FailureModeDeny, false)
 	style := p.enum("rate_limit_headers", raw.RateLimitHeaders, styleNames[0], styleNames[:]...)
 	cfg.HeadersOnAllowed = p.boolean("headers_on_allowed", raw.HeadersOnAllowed, true)
@@ -303,6 +305,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.IdleCycles
 	case "min_cycle":
 		return &r.MinCycle
+	case "window_offset":
+		return &r.WindowOffset
 	case "failure_mode_deny":
 		return &r.FailureModeDeny
 	case "rate_limit_headers":
@@ -416,13 +420,8 @@ func (p *fieldParser) number(field string, raw json.RawMessage, def, lo, hi floa
 
 // duration parses a Go duration string in (lo, hi].
 func (p *fieldParser) duration(field string, raw json.RawMessage, def, lo, hi time.Duration, required bool) time.Duration {
-	s, ok := p.str(field, raw, required)
+	d, ok := p.parseDuration(field, raw, required)
 	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		p.fail(field, "invalid duration "+strconv.Quote(s))
 		return def
 	}
 	if d <= lo || d > hi {
@@ -430,6 +429,35 @@ func (p *fieldParser) duration(field string, raw json.RawMessage, def, lo, hi ti
 		return def
 	}
 	return d
+}
+
+// windowOffset parses where windows start within a cycle: a duration in
+// [0, cycle), 0 when absent.
+func (p *fieldParser) windowOffset(field string, raw json.RawMessage, cycle time.Duration) time.Duration {
+	d, ok := p.parseDuration(field, raw, false)
+	if !ok {
+		return 0
+	}
+	if d < 0 || d >= cycle {
+		p.fail(field, "must be in [0s, "+cycle.String()+"), got "+d.String())
+		return 0
+	}
+	return d
+}
+
+// parseDuration reads a Go duration string; false when it is absent or
+// invalid (the error is recorded).
+func (p *fieldParser) parseDuration(field string, raw json.RawMessage, required bool) (time.Duration, bool) {
+	s, ok := p.str(field, raw, required)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		p.fail(field, "invalid duration "+strconv.Quote(s))
+		return 0, false
+	}
+	return d, true
 }
 
 func (p *fieldParser) boolean(field string, raw json.RawMessage, def bool) bool {

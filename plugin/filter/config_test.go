@@ -34,7 +34,7 @@ func TestParseConfigDefaults(t *testing.T) {
 func TestParseConfigEveryField(t *testing.T) {
 	cfg, err := ParseConfig([]byte(`{
 		"capacity": 1000, "cycle": "1m", "reservation": 0.25, "client_header": "X-Tenant",
-		"mode": "passthrough", "max_clients": 100000, "idle_cycles": 7, "min_cycle": "1m",
+		"mode": "passthrough", "max_clients": 100000, "idle_cycles": 7, "min_cycle": "1m", "window_offset": "15s",
 		"failure_mode_deny": true, "rate_limit_headers": "ietf", "headers_on_allowed": false,
 		"status_code": 503, "max_client_id_bytes": 4096, "name": "api_v2", "debug_headers": true}`))
 	if err != nil {
@@ -42,7 +42,7 @@ func TestParseConfigEveryField(t *testing.T) {
 	}
 	e := cfg.Engine
 	if e.Capacity != 1000 || e.Cycle != time.Minute || e.Reservation != 0.25 || e.MaxClients != 100000 ||
-		e.IdleCycles != 7 || e.MinCycle != time.Minute || !e.FailureModeDeny || !e.Passthrough ||
+		e.IdleCycles != 7 || e.MinCycle != time.Minute || e.WindowOffset != 15*time.Second || !e.FailureModeDeny || !e.Passthrough ||
 		e.KeyPrefix != "borrowcycle/api_v2" {
 		t.Errorf("engine config = %+v", e)
 	}
@@ -55,7 +55,7 @@ func TestParseConfigEveryField(t *testing.T) {
 func TestParseConfigBoundsAccepted(t *testing.T) {
 	for _, field := range []string{
 		`"reservation": 0`, `"reservation": 1`, `"max_clients": 1`, `"idle_cycles": 1`,
-		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"status_code": 400`, `"status_code": 599`,
+		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"window_offset": "0s"`, `"window_offset": "9.999s"`, `"status_code": 400`, `"status_code": 599`,
 		`"max_client_id_bytes": 1`, `"rate_limit_headers": "none"`, `"mode": "enforce"`,
 		`"name": "` + strings.Repeat("z", 64) + `"`, `"client_header": "x_id.v2~"`,
 	} {
@@ -129,6 +129,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{withField(`"min_cycle": "0s"`), `min_cycle: must be in (0s, 10s], got 0s`},
 		{withField(`"min_cycle": "11s"`), `min_cycle: must be in (0s, 10s], got 11s`},
 		{withField(`"min_cycle": "soon"`), `min_cycle: invalid duration "soon"`},
+		{withField(`"window_offset": "10s"`), `window_offset: must be in [0s, 10s), got 10s`},
+		{withField(`"window_offset": "-1s"`), `window_offset: must be in [0s, 10s), got -1s`},
+		{withField(`"window_offset": 3`), `window_offset: must be a string, got a number`},
 		{withField(`"failure_mode_deny": "true"`), `failure_mode_deny: must be a boolean, got a string`},
 		{withField(`"failure_mode_deny": 1`), `failure_mode_deny: must be a boolean, got a number`},
 		{withField(`"rate_limit_headers": "draft-7"`), `rate_limit_headers: must be one of "x-ratelimit", "ietf", "none", got "draft-7"`},
