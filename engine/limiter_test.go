@@ -173,8 +173,11 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	if !d.Allowed || d.Cycle != before+1 {
 		t.Fatalf("after MinCycle: %+v, want B admitted under the re-plan", d)
 	}
-	if got := l.ActiveClients(); got != 102 {
-		t.Fatalf("active clients %d, want A, B and the 100 pending ids registered together", got)
+	// B asked again (proven); the 100 one-shot ids did not: the re-plan
+	// counts B alone, and the ids stay in the table, unproven, until their
+	// window ends.
+	if got, pending := l.ActiveClients(), l.Snapshot().Pending; got != 2 || pending != 100 {
+		t.Fatalf("active clients %d, pending %d; want A and B counted, the 100 one-shot ids waiting", got, pending)
 	}
 	if s := l.Snapshot(); !s.Deadline.Equal(t0.Add(10 * time.Second)) {
 		t.Fatalf("the re-plan moved the deadline to %v", s.Deadline)
@@ -516,7 +519,9 @@ func (r *resetCounter) ValueReset(string, error) { r.n++ }
 
 // The worked example of docs/contract.md: capacity 40, four clients with
 // the shares 5/15/10/10 of the product description's second window, and a
-// fifth joining 4 s into it, when 20 units of the window are used.
+// fifth that first asks 0.5 s into it (within min_cycle: pending), and
+// again 4 s into it, when 20 units of the window are used: proven, it is
+// counted at the default share.
 func TestContractWorkedExample(t *testing.T) {
 	l := newLimiter(t, testConfig(), NewMemStore())
 	clients := []string{"A", "B", "C", "D"}
@@ -537,6 +542,9 @@ func TestContractWorkedExample(t *testing.T) {
 		if admitted, _ := send(l, w2.Add(time.Second), clients[i], n); admitted != n {
 			t.Fatalf("%s admitted %d of %d within its share", clients[i], admitted, n)
 		}
+	}
+	if d := l.AdmitAt(w2.Add(500*time.Millisecond), "E"); d.Allowed || d.Reason != ReasonPending || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("E within min_cycle: %+v, want pending for 500ms", d)
 	}
 	d := l.AdmitAt(w2.Add(4*time.Second), "E")
 	if !d.Allowed || d.Limit != 8 {
