@@ -23,12 +23,12 @@ func TestTransition(t *testing.T) {
 	empty := running
 	empty.n = 0
 	tests := []struct {
-		name     string
-		p        plan
-		at       int64
-		who      caller
-		want     stepKind
-		window   int64
+		name   string
+		p      plan
+		at     int64
+		who    caller
+		want   stepKind
+		window int64
 	}{
 		{"no plan, nobody", plan{}, ws, callerCounted, stepStay, 0},
 		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, callerNew, stepRoll, k},
