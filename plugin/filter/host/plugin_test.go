@@ -222,10 +222,15 @@ func TestBorrowingAcrossCycles(t *testing.T) {
 				t.Fatalf("newcomer %s: got %+v, want a pending reply", c, r.headers)
 			}
 			checkHeaders(t, r.headers, map[string]string{"retry-after": "10"})
+			// Asking again proves a newcomer (an id that asked once is
+			// not counted by the next plan); it still waits.
+			if r := h.from(c); r.local == nil || r.headers["x-borrowcycle-reason"] != "pending" {
+				t.Fatalf("newcomer %s again: got %+v, want a pending reply", c, r.headers)
+			}
 		}
 		// Cycle 1 demand: a sent 1, the others were pending.
 		demand := []int64{1, 0, 0, 0}
-		// The newcomers join at the deadline, counted at the default share.
+		// The proven newcomers join at the deadline, counted at the default share.
 		prev := []int64{demand[0], capacity / 4, capacity / 4, capacity / 4}
 		for cycle, next := range [][]int64{{2, 15, 10, 10}, {20, 20, 20, 20}, {0, 30, 1, 3}, {9, 9, 9, 9}} {
 			h.advance(10 * time.Second)
