@@ -397,6 +397,11 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	}
 	who, cand := callerCounted, uint64(0)
 	switch {
+	case found && waitingUnproven(&e) && r.view.id == 0:
+		// No plan yet: the first plan counts the newcomer that makes it.
+		// (Proving would write a plan id no plan was published under,
+		// which the first plan may not have seen.)
+		who, cand = callerWaiting, h
 	case found && waitingUnproven(&e):
 		// It asked again: proven. The next re-plan counts it.
 		err = r.prove(e, t)
