@@ -18,7 +18,7 @@ const (
 	budgetVersion = 1
 	bucketVersion = 2
 
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 4 + 8
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8
 	budgetLen   = 1 + 8*4
 	bucketHead  = 1 + 1 + 1
 	entryLen    = 8 * 11
@@ -46,8 +46,7 @@ type plan struct {
 	at       int64  // when it was published (Unix ns)
 	capacity int64  // capacity the shares were computed for
 	n        uint32 // clients counted in the plan
-	pending  uint32 // newcomers in the table and not counted: the table bound counts them
-	proven   uint32 // of those, the proven ones (asked again): the next re-plan counts them
+	pending  uint32 // proven or declared clients waiting for the next plan (unproven ones are not counted)
 	promoted uint64 // hash of the unproven newcomer this plan counts (0: none), see registered
 	buckets  uint32 // registry size the plan was computed over
 	replan   bool   // published mid-window, for newcomers
@@ -88,7 +87,6 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, uint64(p.thrSince))
 	dst = le.AppendUint64(dst, uint64(p.cycle))
 	dst = le.AppendUint64(dst, uint64(p.offset))
-	dst = le.AppendUint32(dst, p.proven)
 	dst = le.AppendUint64(dst, p.promoted)
 	return dst
 }
@@ -119,8 +117,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.thrSince = int64(le.Uint64(b[off+8:]))
 	q.cycle = int64(le.Uint64(b[off+16:]))
 	q.offset = int64(le.Uint64(b[off+24:]))
-	q.proven = le.Uint32(b[off+32:])
-	q.promoted = le.Uint64(b[off+36:])
+	q.promoted = le.Uint64(b[off+32:])
 	switch {
 	case b[69]&^1 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
@@ -128,8 +125,8 @@ func decodePlan(b []byte, p *plan) error {
 		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)
 	case q.capacity < 1 || q.capacity > MaxCapacity:
 		return fmt.Errorf("%w: plan capacity %d", errCorrupt, q.capacity)
-	case q.n > 2*MaxClientsCap || q.pending > 2*MaxClientsCap || q.proven > q.pending:
-		return fmt.Errorf("%w: plan counts %d+%d (%d proven)", errCorrupt, q.n, q.pending, q.proven)
+	case q.n > 2*MaxClientsCap || q.pending > 2*MaxClientsCap:
+		return fmt.Errorf("%w: plan counts %d+%d", errCorrupt, q.n, q.pending)
 	case q.buckets == 0 || q.buckets > maxBuckets || q.buckets&(q.buckets-1) != 0:
 		return fmt.Errorf("%w: plan buckets %d", errCorrupt, q.buckets)
 	case !(q.scale >= 0 && q.scale <= 1) || !(q.thrFrac >= -1 && q.thrFrac <= 2):

@@ -363,7 +363,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if id, ok := r.refused[h]; ok && id == r.view.id {
 		return l.tableFull(t)
 	}
-	if m, ok := r.waiting[h]; ok && m.plan == r.view.id && m.proven && (r.view.proven == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
+	if m, ok := r.waiting[h]; ok && m.plan == r.view.id && m.proven && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
 		// Proven and told to wait under this plan, and no re-plan can be
 		// due yet (or none is wanted as far as this worker knows: its next
 		// tick catches up).
@@ -432,6 +432,12 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	proven := who == callerCounted
 	if r.view.id == 0 {
 		who = callerWaiting
+	}
+	if step, _ := transition(&r.view, &l.cfg, t, who); step == stepPending || step == stepStay {
+		// No re-plan is due as far as the view goes (a tick catches up
+		// when the view is behind).
+		l.wait(h, proven)
+		return l.pending(t)
 	}
 	if step, err := r.replan(t, who, cand, l.flush); err != nil {
 		return l.failure(t)

@@ -174,10 +174,9 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 		t.Fatalf("after MinCycle: %+v, want B admitted under the re-plan", d)
 	}
 	// B asked again (proven); the 100 one-shot ids did not: the re-plan
-	// counts B alone, and the ids stay in the table, unproven, until their
-	// window ends.
-	if got, pending := l.ActiveClients(), l.Snapshot().Pending; got != 2 || pending != 100 {
-		t.Fatalf("active clients %d, pending %d; want A and B counted, the 100 one-shot ids waiting", got, pending)
+	// counts B alone, and the ids hold no table room.
+	if got, pending := l.ActiveClients(), l.Snapshot().Pending; got != 2 || pending != 0 {
+		t.Fatalf("active clients %d, pending %d; want A and B counted, the 100 one-shot ids not", got, pending)
 	}
 	if s := l.Snapshot(); !s.Deadline.Equal(t0.Add(10 * time.Second)) {
 		t.Fatalf("the re-plan moved the deadline to %v", s.Deadline)
@@ -565,8 +564,9 @@ func TestContractWorkedExample(t *testing.T) {
 	}
 }
 
-// A newcomer waiting in the last place of the table is registered by its
-// own request once MinCycle has passed, without waiting for a tick.
+// A proven newcomer waiting in the last place of the table is registered
+// by its own request once MinCycle has passed, without waiting for a tick;
+// a newcomer proving itself after it is refused.
 func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxClients = 2
@@ -575,8 +575,14 @@ func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
 	if d := l.AdmitAt(t0.Add(100*time.Millisecond), "b"); d.Reason != ReasonPending {
 		t.Fatalf("b: %+v, want pending", d)
 	}
-	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "c"); d.Reason != ReasonTableFull {
-		t.Fatalf("c: %+v, want table_full", d)
+	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "c"); d.Reason != ReasonPending {
+		t.Fatalf("c: %+v, want pending (unproven newcomers hold no table room)", d)
+	}
+	if d := l.AdmitAt(t0.Add(300*time.Millisecond), "b"); d.Reason != ReasonPending {
+		t.Fatalf("b again: %+v, want pending (proven: it takes the last place)", d)
+	}
+	if d := l.AdmitAt(t0.Add(400*time.Millisecond), "c"); d.Reason != ReasonTableFull {
+		t.Fatalf("c again: %+v, want table_full", d)
 	}
 	if d := l.AdmitAt(t0.Add(1100*time.Millisecond), "b"); !d.Allowed {
 		t.Fatalf("b after MinCycle: %+v, want admitted", d)

@@ -33,7 +33,6 @@ type registry struct {
 	budgetRoll uint64 // the budget's roll id at the last budgetLeft
 
 	registeredNow int // set by scan: clients the scanned plan counts first
-	waitingNow    int // set by scan: unproven newcomers it leaves waiting
 
 	buf     []byte
 	bkt     bucketVal
@@ -175,19 +174,19 @@ func (r *registry) find(h uint64) (b int, e entry, found bool, err error) {
 // errFull: the newcomer cannot be registered (table or probe path full).
 var errFull = errors.New("client table full")
 
-// insert puts a client in the table, waiting for the next plan: it counts
-// it in the plan's pending (so that the table bound holds, and, for a
-// declared client, a re-plan is wanted), then writes its entry. Both are
-// O(1): one small plan value and one bucket. A newcomer enters unproven
-// (tries 1, the units it asked for in prev); a declared client (cost 0)
-// enters as if proven.
+// insert puts a client in the table, waiting for a plan, at O(1) cost. A
+// newcomer enters unproven (tries 1, the units it asked for in prev): it
+// writes its bucket only, so a flood of one-shot ids never touches the
+// plan key, and it holds no table room (see prove). A declared client
+// (cost 0) enters as if proven: it is counted in the plan's pending (so
+// that the table bound holds and a re-plan is wanted), then written.
 func (r *registry) insert(h uint64, t, cost int64) error {
 	tries := int64(0)
 	if cost > 0 {
 		tries = 1
 	}
-	if r.view.id != 0 {
-		if err := r.countPending(true, tries == 0); err != nil {
+	if r.view.id != 0 && tries == 0 {
+		if err := r.countPending(); err != nil {
 			return err
 		}
 	}
@@ -199,11 +198,12 @@ func (r *registry) insert(h uint64, t, cost int64) error {
 	return r.put(fresh)
 }
 
-// prove records a waiting newcomer's second attempt: it is counted by the
-// next plan from now on, like a declared client. (An entry whose window is
-// over starts afresh in the plan's window; it no longer held table room.)
+// prove records a waiting newcomer's second attempt: it takes table room
+// (refused when the table is full) and is counted by the next plan, like
+// a declared client. An entry whose window is over starts afresh in the
+// plan's window.
 func (r *registry) prove(e entry, t int64) error {
-	if err := r.countPending(reclaimable(&e, &r.view), true); err != nil {
+	if err := r.countPending(); err != nil {
 		return err
 	}
 	if e.window < r.view.window {
@@ -213,7 +213,12 @@ func (r *registry) prove(e entry, t int64) error {
 	return r.put(e)
 }
 
-// put writes e at its home bucket or one of the next ones.
+// put writes e at its home bucket or one of the next ones. errFull: every
+// place on its probe path is taken (by counted clients, or by unproven
+// newcomers of the running window). An unproven newcomer probes on only
+// where counted clients already spilled: a flood of one-shot ids fills
+// home buckets, costs O(1) store work per id, and never makes a counted
+// client's lookups longer.
 func (r *registry) put(e entry) error {
 	b := r.home(e.hash)
 	for probe := 0; probe <= maxProbe; probe++ {
@@ -229,9 +234,9 @@ func (r *registry) put(e entry) error {
 	return errFull
 }
 
-// countPending counts one more newcomer in the plan: in the table (newRoom,
-// refused when the table is full) and/or proven (a re-plan is wanted).
-func (r *registry) countPending(newRoom, proven bool) error {
+// countPending adds one to the plan's pending count, refusing when the
+// table is full.
+func (r *registry) countPending() error {
 	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
 		corrupt, err := r.read()
 		if err != nil {
@@ -243,16 +248,11 @@ func (r *registry) countPending(newRoom, proven bool) error {
 		if r.view.id == 0 {
 			return nil // no plan yet: the first plan counts every entry
 		}
+		if int(r.view.n)+int(r.view.pending) >= r.cfg.MaxClients {
+			return errFull
+		}
 		next := r.view
-		if newRoom {
-			if int(r.view.n)+int(r.view.pending) >= r.cfg.MaxClients {
-				return errFull
-			}
-			next.pending++
-		}
-		if proven {
-			next.proven = min(next.proven+1, next.pending)
-		}
+		next.pending++
 		r.buf = appendPlan(r.buf, &next)
 		err = r.store.Set(r.planKey, r.buf, r.viewCAS)
 		if errors.Is(err, ErrCASMismatch) {
@@ -311,6 +311,8 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 			r.bkt.entries = append(r.bkt.entries, e)
 		case r.bkt.overflow:
 			return false, true, nil
+		case waitingUnproven(&e):
+			return false, false, nil // unproven newcomers never spill into other buckets
 		default:
 			r.bkt.overflow, markOnly = true, true
 		}
@@ -405,7 +407,6 @@ func (r *registry) replan(t int64, who caller, cand uint64, flush func()) (stepK
 			return stepStay, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
-		next.pending = uint32(min(r.waitingNow, 2*MaxClientsCap))
 		r.buf = appendPlan(r.buf, &next)
 		err = r.store.Set(r.planKey, r.buf, r.viewCAS)
 		if errors.Is(err, ErrCASMismatch) {
@@ -469,16 +470,15 @@ func (r *registry) budgetLeft(next *plan, freshRoll bool) (capacity, left int64,
 
 // scan reads every bucket and records the clients counted in next. It
 // returns the highest plan id any entry names (for a plan reset), counts
-// the clients next counts and cur did not (registeredNow) and the unproven
-// newcomers left waiting in next's window (waitingNow, next's pending),
-// and remembers unreadable buckets for resetCorrupt.
+// the clients next counts and cur did not (registeredNow), and remembers
+// unreadable buckets for resetCorrupt.
 //
 // With checkFuture, an entry that names a plan id at or above next's is
 // impossible (if another worker had published such a plan, next's CAS will
 // fail): its bucket is treated as unreadable.
 func (r *registry) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 	r.scratch.reset()
-	r.registeredNow, r.waitingNow = 0, 0
+	r.registeredNow = 0
 	r.corrupt = r.corrupt[:0]
 	var top uint64
 	for b := 0; b < r.nb; b++ {
@@ -494,24 +494,21 @@ func (r *registry) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 			r.corrupt = append(r.corrupt, corruptKey{b, cas})
 			continue
 		}
-		mark, markNew, markWaiting := len(r.scratch.hashes), r.registeredNow, r.waitingNow
+		mark, markNew := len(r.scratch.hashes), r.registeredNow
 		for i := range r.bkt.entries {
 			e := &r.bkt.entries[i]
 			top = max(top, e.plan, e.created)
 			if checkFuture && (e.plan >= next.id || e.created >= next.id) {
 				r.scratch.truncate(mark)
-				r.registeredNow, r.waitingNow = markNew, markWaiting
+				r.registeredNow = markNew
 				r.corrupt = append(r.corrupt, corruptKey{b, cas})
 				break
 			}
-			switch {
-			case counted(e, next, r.cfg):
+			if counted(e, next, r.cfg) {
 				r.scratch.add(e, next, r.cfg)
 				if !registered(e, cur) || cur.id == 0 {
 					r.registeredNow++
 				}
-			case waitingUnproven(e) && !reclaimable(e, next):
-				r.waitingNow++
 			}
 		}
 	}

@@ -60,9 +60,9 @@ func (s stepKind) String() string {
 //     step: the clock's window is planned afresh, under a new plan id.
 //   - An empty plan (no client counted or waiting) is never rolled: there
 //     is nothing to share until a newcomer arrives.
-//   - A re-plan is wanted by a newcomer's own request, or by a proven
-//     newcomer waiting (p.proven); unproven ones that did not come back
-//     want nothing. Re-plans are at least MinCycle apart, so a flood of new
+//   - A re-plan is wanted by a newcomer's own request, or by a proven (or
+//     declared) client waiting (p.pending); unproven newcomers that did
+//     not come back want nothing, and the table bound does not count them. Re-plans are at least MinCycle apart, so a flood of new
 //     ids costs at most one re-plan per MinCycle, and each re-plan counts
 //     at most one unproven newcomer. With no client counted there is
 //     nobody to disturb, so the first client never waits.
@@ -80,7 +80,7 @@ func transition(p *plan, cfg *Config, now int64, who caller) (stepKind, int64) {
 	if who == callerNew && int(p.n)+int(p.pending) >= cfg.MaxClients {
 		return stepTableFull, p.window
 	}
-	if newcomer || p.proven > 0 {
+	if newcomer || p.pending > 0 {
 		if replanAllowed(p, cfg, now) {
 			return stepReplan, p.window
 		}

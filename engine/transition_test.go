@@ -16,8 +16,6 @@ func TestTransition(t *testing.T) {
 	running := plan{id: 5, roll: 4, window: k, at: ws + 2*sec, n: 2}
 	withPending := running
 	withPending.pending = 1
-	withProven := withPending
-	withProven.proven = 1
 	full := running
 	full.n, full.pending = 2, 1
 	empty := running
@@ -44,9 +42,8 @@ func TestTransition(t *testing.T) {
 		{"newcomer after MinCycle re-plans", running, ws + 3*sec, callerNew, stepReplan, k},
 		{"newcomer at the deadline rolls", running, ws + 10*sec, callerNew, stepRoll, k + 1},
 		{"newcomer finds the table full", full, ws + 3*sec, callerNew, stepTableFull, k},
-		{"proven newcomers re-plan on a tick after MinCycle", withProven, ws + 3*sec, callerCounted, stepReplan, k},
-		{"proven newcomers hold within MinCycle", withProven, ws + 2*sec + 1, callerCounted, stepStay, k},
-		{"unproven newcomers want no re-plan", withPending, ws + 3*sec, callerCounted, stepStay, k},
+		{"proven newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, callerCounted, stepReplan, k},
+		{"proven newcomers hold within MinCycle", withPending, ws + 2*sec + 1, callerCounted, stepStay, k},
 		{"a waiting newcomer's own request re-plans after MinCycle", withPending, ws + 3*sec, callerWaiting, stepReplan, k},
 		{"a waiting newcomer's own request within MinCycle waits", withPending, ws + 2*sec + 1, callerWaiting, stepPending, k},
 		{"a waiting newcomer already holds its room in a full table", full, ws + 3*sec, callerWaiting, stepReplan, k},
@@ -72,7 +69,6 @@ func FuzzTransition(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id uint64, window, at int64, n, pending uint32, nowSec int64, newcomer bool) {
 		cfg := testConfig()
 		p := plan{id: id, roll: id, window: window % maxWindow, at: at, n: n % 10, pending: pending % 10}
-		p.proven = uint32(at&7) % (p.pending + 1)
 		now := (nowSec % (1 << 40)) * int64(time.Millisecond)
 		who := caller(uint64(id) % 3)
 		if !newcomer {
