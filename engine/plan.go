@@ -33,6 +33,17 @@ func registered(e *entry, p *plan) bool {
 // waitingUnproven: a newcomer seen once that no plan has counted yet.
 func waitingUnproven(e *entry) bool { return e.tries == 1 && e.plan == 0 }
 
+// askedAgain reports whether a client that entered unproven has asked for
+// more than the request it was first seen with (prev, in its first
+// window), or for anything in a later window: it is then proven (tries 2),
+// and counts as any client from the next plan on.
+func askedAgain(e *entry, cfg *Config) bool {
+	if e.window != windowIndex(e.since, cfg) {
+		return e.demand > 0
+	}
+	return float64(e.demand) > e.prev
+}
+
 // reclaimable reports whether an unproven newcomer's entry is over: its
 // window ended without a plan counting it. Its place may be reused, and
 // the table bound no longer counts it.
@@ -43,8 +54,17 @@ func reclaimable(e *entry, p *plan) bool {
 // expired reports whether a client has been idle for more than IdleCycles
 // windows at p's window: it is then no longer counted, and its entry may be
 // reused. It is a function of the plan's window, so every worker agrees.
+//
+// A client that entered unproven (tries 1) and has shown nothing since is
+// forgotten after one idle window rather than IdleCycles: a one-shot id
+// promoted by a re-plan is counted in its window and the next, not for
+// IdleCycles more, so a flood keeps few of them counted at a time.
 func expired(e *entry, p *plan, cfg *Config) bool {
-	return p.window-e.active > int64(cfg.IdleCycles)
+	idle := int64(cfg.IdleCycles)
+	if e.tries == 1 {
+		idle = min(idle, 1)
+	}
+	return p.window-e.active > idle
 }
 
 // counted is registered and not expired.
@@ -57,7 +77,8 @@ func isNew(e *entry, p *plan) bool { return e.created+1 >= p.roll }
 
 // demandOf is the full-window demand e's share in p's window is computed
 // from: the demand of the previous window, scaled up when the client
-// arrived during it (by cycle/elapsed, with elapsed at least MinCycle). Once the entry's
+// arrived during it (by cycle/elapsed, with elapsed at least MinCycle;
+// not for a client that entered unproven). Once the entry's
 // counters moved to p's window, the value frozen then (prev) is used.
 func demandOf(e *entry, p *plan, cfg *Config) float64 {
 	switch e.window {
@@ -69,7 +90,9 @@ func demandOf(e *entry, p *plan, cfg *Config) float64 {
 		// window: RegisterAt spaces the clients it declares a nanosecond
 		// apart (their registration order breaks rounding ties), and that
 		// must not scale their demand.
-		if start := windowStart(e.window, cfg); e.since-start >= int64(cfg.Cycle)/1024 {
+		// A client that entered unproven has shown a count, not a rate: its
+		// demand is not extrapolated to the whole window.
+		if start := windowStart(e.window, cfg); e.tries != 1 && e.since-start >= int64(cfg.Cycle)/1024 {
 			elapsed := max(windowEnd(e.window, cfg)-e.since, int64(cfg.MinCycle))
 			d *= float64(cfg.Cycle) / float64(elapsed)
 		}

@@ -240,8 +240,11 @@ func TestFloodKeepsKnownClientsShares(t *testing.T) {
 		at := t0.Add(2*time.Second + time.Duration(i)*30*time.Microsecond)
 		sc.reqs = append(sc.reqs, request{at: at, client: fmt.Sprintf("flood-%d", i), cost: 1})
 	}
-	late := t0.Add(6*time.Second + 500*time.Millisecond) // after the flood, in window 6
-	sc.reqs = steady(sc.reqs, "late", late, 400*time.Millisecond, 20)
+	// After the flood, a genuine newcomer: it arrives mid-window 6, when the
+	// known clients have spent the window, so it is registered with nothing
+	// left to take (pending until the window ends), and served in window 7.
+	late := t0.Add(6*time.Second + 500*time.Millisecond)
+	sc.reqs = steady(sc.reqs, "late", late, time.Second, 40)
 	res := sc.run(t)
 	k0 := windowIndex(t0.UnixNano(), &cfg)
 	perWindow := map[string]map[int64]int64{}
