@@ -562,6 +562,28 @@ func TestContractWorkedExample(t *testing.T) {
 	if total != 40 {
 		t.Fatalf("window 2 admitted %d, want exactly 40", total)
 	}
+
+	// The variant: E's first request comes 4 s in, when a re-plan is
+	// allowed. It is admitted at once, counted at the 1 unit it asked for.
+	l = newLimiter(t, testConfig(), NewMemStore())
+	if err := l.RegisterAt(t0, clients...); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{2, 15, 10, 10} {
+		send(l, t0.Add(time.Second), clients[i], n)
+	}
+	l.TickAt(w2)
+	for i, n := range []int{2, 9, 5, 4} {
+		send(l, w2.Add(time.Second), clients[i], n)
+	}
+	if d := l.AdmitAt(w2.Add(4*time.Second), "E"); !d.Allowed || d.Limit != 2 {
+		t.Fatalf("unproven E: %+v, want admitted at once with a share of 2", d)
+	}
+	for i, want := range []int64{3, 15, 10, 10, 2} {
+		if c := append(clients, "E")[i]; shareOf(l, c) != want {
+			t.Fatalf("after the re-plan for unproven E: %s share %d, want %d", c, shareOf(l, c), want)
+		}
+	}
 }
 
 // A proven newcomer waiting in the last place of the table is registered
