@@ -426,9 +426,9 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		}
 		return l.failure(t)
 	}
-	// In the table and counted in the plan's pending: a plan is made now
-	// when allowed. (Before the first plan, any client in the table asks
-	// for it.)
+	// In the table, unproven (this request may promote it) or proven
+	// (counted in the plan's pending): a plan is made now when allowed.
+	// (Before the first plan, any client in the table asks for it.)
 	proven := who == callerCounted
 	if r.view.id == 0 {
 		who = callerWaiting
