@@ -347,7 +347,8 @@ func TestMetricValues(t *testing.T) {
 			t.Errorf("requests_allowed = %d before any tick: counted by a host call per request", got)
 		}
 		h.from("b") // pending: min_cycle not reached
-		h.from("c") // table_full: a + pending b fill 2 slots
+		h.from("b") // pending again, and proven: b now holds a place
+		h.from("c") // table_full: a + proven pending b fill 2 slots
 		h.advance(2 * time.Second)
 		h.from("b")           // a re-plan of the window registers b (early)
 		h.admittedOf("a", 10) // a's share is 5 after the re-plan, of which it used 1
@@ -357,7 +358,7 @@ func TestMetricValues(t *testing.T) {
 		h.flushMetrics()
 		h.checkCounters("borrowcycle.m.", map[string]uint64{
 			"requests_allowed":                6, // a: 1+4, b: 1
-			"requests_rejected.pending":       1,
+			"requests_rejected.pending":       2,
 			"requests_rejected.table_full":    1,
 			"requests_rejected.over_limit":    6,
 			"requests_rejected.anonymous":     1,
