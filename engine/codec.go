@@ -14,14 +14,14 @@ import (
 // one: nothing read from the store is trusted before it passed its decoder.
 
 const (
-	planVersion   = 1
+	planVersion   = 2
 	budgetVersion = 1
-	bucketVersion = 1
+	bucketVersion = 2
 
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8
 	budgetLen   = 1 + 8*4
 	bucketHead  = 1 + 1 + 1
-	entryLen    = 8 * 10
+	entryLen    = 8 * 11
 	bucketSlots = 48 // entries per bucket key
 )
 
@@ -46,7 +46,8 @@ type plan struct {
 	at       int64  // when it was published (Unix ns)
 	capacity int64  // capacity the shares were computed for
 	n        uint32 // clients counted in the plan
-	pending  uint32 // newcomers waiting for the next plan
+	pending  uint32 // proven or declared clients waiting for the next plan (unproven ones are not counted)
+	promoted uint64 // hash of the unproven newcomer this plan counts (0: none), see registered
 	buckets  uint32 // registry size the plan was computed over
 	replan   bool   // published mid-window, for newcomers
 	params   policyParams
@@ -86,6 +87,7 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, uint64(p.thrSince))
 	dst = le.AppendUint64(dst, uint64(p.cycle))
 	dst = le.AppendUint64(dst, uint64(p.offset))
+	dst = le.AppendUint64(dst, p.promoted)
 	return dst
 }
 
@@ -115,6 +117,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.thrSince = int64(le.Uint64(b[off+8:]))
 	q.cycle = int64(le.Uint64(b[off+16:]))
 	q.offset = int64(le.Uint64(b[off+24:]))
+	q.promoted = le.Uint64(b[off+32:])
 	switch {
 	case b[69]&^1 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
@@ -201,7 +204,15 @@ type entry struct {
 	demand  int64   // units asked for in window, rejected ones included
 	prev    float64 // demand the window's shares are computed from (full-window rate)
 	active  int64   // last window with demand (or of arrival): idle expiry
+	// tries is how the client entered the table: 0 declared (RegisterAt);
+	// 1 a newcomer seen once, unproven (while plan is 0 it waits, see
+	// registered, and prev holds the units it asked for); 2 or more a
+	// newcomer that asked again while it waited (proven).
+	tries int64
 }
+
+// maxTries bounds an entry's recorded attempts (they stop counting there).
+const maxTries = 1 << 20
 
 // bucketVal is one registry key: up to bucketSlots entries, and whether a
 // client whose home this is ever had to be placed in a later bucket.
@@ -230,6 +241,7 @@ func appendBucket(dst []byte, b *bucketVal) []byte {
 		dst = le.AppendUint64(dst, uint64(e.demand))
 		dst = le.AppendUint64(dst, math.Float64bits(e.prev))
 		dst = le.AppendUint64(dst, uint64(e.active))
+		dst = le.AppendUint64(dst, uint64(e.tries))
 	}
 	return dst
 }
@@ -259,11 +271,12 @@ func decodeBucket(raw []byte, b *bucketVal) error {
 			demand:  int64(le.Uint64(p[56:])),
 			prev:    math.Float64frombits(le.Uint64(p[64:])),
 			active:  int64(le.Uint64(p[72:])),
+			tries:   int64(le.Uint64(p[80:])),
 		}
 		if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
 			e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
 			e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
-			e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow {
+			e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries {
 			return fmt.Errorf("%w: impossible entry", errCorrupt)
 		}
 		for j := range b.entries {

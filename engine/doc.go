@@ -19,10 +19,13 @@
 //  3. A client seen for the first time (a newcomer) re-plans the rest of the
 //     window: full-window shares with it counted in, scaled to what the
 //     window has left. Re-plans are at least MinCycle apart; a newcomer that
-//     comes sooner waits (ReasonPending) and one re-plan registers every
-//     newcomer waiting. Beyond MaxClients, newcomers get ReasonTableFull and
-//     nobody is evicted. Clients idle for more than IdleCycles windows are
-//     forgotten.
+//     comes sooner waits (ReasonPending). A newcomer is unproven until it
+//     asks again: a re-plan counts at most one unproven newcomer (the one
+//     whose request made it), at the units it asked for, and every proven
+//     one, at the default share; so a flood of one-shot ids cannot dilute
+//     the known clients' shares. Beyond MaxClients, newcomers get
+//     ReasonTableFull and nobody is evicted. Clients idle for more than
+//     IdleCycles windows are forgotten (unproven ones after one).
 //
 // Each plan has an id, never reused, which Decision.Cycle reports: the share
 // period the request was counted in.

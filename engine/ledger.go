@@ -133,6 +133,9 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		if e.demand > 0 {
 			e.active = max(e.active, e.window)
 		}
+		if e.tries == 1 && askedAgain(&e, g.cfg) {
+			e.tries = 2
+		}
 		var ret int64
 		if returnLease {
 			ret = min(cs.lease, e.granted)

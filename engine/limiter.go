@@ -127,8 +127,8 @@ func (l *Limiter) TickAt(now time.Time) {
 		return
 	}
 	l.tickClients()
-	if step, _ := transition(&l.reg.view, &l.cfg, t, false); step == stepRoll || step == stepReplan {
-		_, _ = l.reg.replan(t, false, l.flush)
+	if step, _ := transition(&l.reg.view, &l.cfg, t, callerCounted); step == stepRoll || step == stepReplan {
+		_, _ = l.reg.replan(t, callerCounted, 0, l.flush)
 	}
 }
 
@@ -189,11 +189,15 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 		}
 		// Arrivals a nanosecond apart keep the declared order: it breaks
 		// rounding ties, like registration order does.
-		if err := l.reg.insert(h, t+int64(i)); err != nil && !errors.Is(err, errFull) {
+		if err := l.reg.insert(h, t+int64(i), 0); err != nil && !errors.Is(err, errFull) {
 			return err // a client that finds the table full learns it at its next request
 		}
 	}
-	_, err := l.reg.replan(t, l.reg.view.id == 0, l.flush)
+	who := callerCounted // declared clients count as proven: a re-plan is wanted
+	if l.reg.view.id == 0 {
+		who = callerWaiting // the first plan
+	}
+	_, err := l.reg.replan(t, who, 0, l.flush)
 	return err
 }
 
@@ -263,7 +267,7 @@ func (l *Limiter) refresh(t int64) error {
 	if err != nil || !corrupt {
 		return err
 	}
-	_, err = l.reg.replan(t, false, l.flush)
+	_, err = l.reg.replan(t, callerCounted, 0, l.flush)
 	return err
 }
 
@@ -271,11 +275,11 @@ func (l *Limiter) refresh(t int64) error {
 // when the running one is over. It reads the store only when the cached
 // plan says a step is due.
 func (l *Limiter) current(t int64) error {
-	step, _ := transition(&l.reg.view, &l.cfg, t, false)
+	step, _ := transition(&l.reg.view, &l.cfg, t, callerCounted)
 	if step == stepStay {
 		return nil
 	}
-	_, err := l.reg.replan(t, false, l.flush)
+	_, err := l.reg.replan(t, callerCounted, 0, l.flush)
 	return err
 }
 
@@ -349,17 +353,20 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 
 // admitUnknown handles a client this worker holds no state for: a client
 // other workers registered (found in its bucket), a newcomer waiting for a
-// plan, or a newcomer to register. Repeats of a newcomer this worker just
-// refused or told to wait touch no shared state.
+// plan, or a newcomer to register. A newcomer enters the table unproven
+// and is counted by a re-plan its own request makes, if one is allowed
+// now; otherwise it waits, and asking again proves it, so that the next
+// re-plan counts it (see registered). Repeats of a newcomer this worker
+// just refused, or told to wait once proven, touch no shared state.
 func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	r := l.reg
 	if id, ok := r.refused[h]; ok && id == r.view.id {
 		return l.tableFull(t)
 	}
-	if id, ok := r.waiting[h]; ok && id == r.view.id && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
-		// Told to wait under this plan, and no re-plan can be due yet (or
-		// none is wanted as far as this worker knows: its next tick
-		// catches up).
+	if m, ok := r.waiting[h]; ok && m.plan == r.view.id && m.proven && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
+		// Proven and told to wait under this plan, and no re-plan can be
+		// due yet (or none is wanted as far as this worker knows: its next
+		// tick catches up).
 		return l.pending(t)
 	}
 	if r.view.id == 0 {
@@ -380,7 +387,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		if errors.Is(err, errCorrupt) {
 			// Its bucket is reset by the next plan; until then repeats wait
 			// here without reading it again.
-			l.wait(h)
+			l.wait(h, true)
 			return l.pending(t)
 		}
 		return l.failure(t)
@@ -388,45 +395,69 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if found && counted(&e, &r.view, &l.cfg) {
 		return l.admitKnown(t, l.track(h, b, e.created), cost, true)
 	}
-	if !found || registered(&e, &r.view) { // new, or returning after expiry
-		step, _ := transition(&r.view, &l.cfg, t, true)
-		if step == stepTableFull {
+	who, cand := callerCounted, uint64(0)
+	switch {
+	case found && waitingUnproven(&e) && r.view.id == 0:
+		// No plan yet: the first plan counts the newcomer that makes it.
+		// (Proving would write a plan id no plan was published under,
+		// which the first plan may not have seen.)
+		who, cand = callerWaiting, h
+	case found && waitingUnproven(&e):
+		// It asked again: proven. The next re-plan counts it.
+		err = r.prove(e, t)
+	case found && !registered(&e, &r.view):
+		// Proven already, waiting for the next re-plan.
+	default: // new, or returning after expiry
+		if step, _ := transition(&r.view, &l.cfg, t, callerNew); step == stepTableFull {
 			return l.refuse(t, h)
 		}
-		if err := r.insert(h, t); err != nil {
-			switch {
-			case errors.Is(err, errFull):
-				return l.refuse(t, h)
-			case errors.Is(err, errCorrupt):
-				if _, err := r.replan(t, true, l.flush); err != nil {
-					return l.failure(t)
-				}
-				return l.pending(t)
-			}
-			return l.failure(t)
-		}
+		err = r.insert(h, t, cost)
+		who, cand = callerWaiting, h
 	}
-	// Waiting for a plan, and counted in the plan's pending: one is made now
-	// when allowed. (Before the first plan there is no count to read: the
-	// caller is the newcomer that makes it.)
-	if step, err := r.replan(t, r.view.id == 0, l.flush); err != nil {
+	if err != nil {
+		switch {
+		case errors.Is(err, errFull):
+			return l.refuse(t, h)
+		case errors.Is(err, errCorrupt):
+			if _, err := r.replan(t, callerWaiting, 0, l.flush); err != nil {
+				return l.failure(t)
+			}
+			return l.pending(t)
+		}
+		return l.failure(t)
+	}
+	// In the table, unproven (this request may promote it) or proven
+	// (counted in the plan's pending): a plan is made now when allowed.
+	// (Before the first plan, any client in the table asks for it.)
+	proven := who == callerCounted
+	if r.view.id == 0 {
+		who = callerWaiting
+	}
+	if step, _ := transition(&r.view, &l.cfg, t, who); step == stepPending || step == stepStay {
+		// No re-plan is due as far as the view goes (a tick catches up
+		// when the view is behind).
+		l.wait(h, proven)
+		return l.pending(t)
+	}
+	if step, err := r.replan(t, who, cand, l.flush); err != nil {
 		return l.failure(t)
 	} else if step == stepStay {
-		l.wait(h)
+		l.wait(h, proven)
 		return l.pending(t)
 	}
 	b, e, found, err = r.find(h)
 	if err != nil || !found || !counted(&e, &r.view, &l.cfg) {
+		l.wait(h, proven)
 		return l.pending(t)
 	}
 	return l.admitKnown(t, l.track(h, b, e.created), cost, true)
 }
 
-func (l *Limiter) wait(h uint64) {
+func (l *Limiter) wait(h uint64, proven bool) {
 	if len(l.reg.waiting) >= localCacheMax {
 		clear(l.reg.waiting)
 	}
-	l.reg.waiting[h] = l.reg.view.id
+	l.reg.waiting[h] = waitMark{plan: l.reg.view.id, proven: proven}
 }
 
 func (l *Limiter) track(h uint64, b int, created uint64) *clientState {

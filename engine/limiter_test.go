@@ -173,8 +173,10 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	if !d.Allowed || d.Cycle != before+1 {
 		t.Fatalf("after MinCycle: %+v, want B admitted under the re-plan", d)
 	}
-	if got := l.ActiveClients(); got != 102 {
-		t.Fatalf("active clients %d, want A, B and the 100 pending ids registered together", got)
+	// B asked again (proven); the 100 one-shot ids did not: the re-plan
+	// counts B alone, and the ids hold no table room.
+	if got, pending := l.ActiveClients(), l.Snapshot().Pending; got != 2 || pending != 0 {
+		t.Fatalf("active clients %d, pending %d; want A and B counted, the 100 one-shot ids not", got, pending)
 	}
 	if s := l.Snapshot(); !s.Deadline.Equal(t0.Add(10 * time.Second)) {
 		t.Fatalf("the re-plan moved the deadline to %v", s.Deadline)
@@ -516,7 +518,9 @@ func (r *resetCounter) ValueReset(string, error) { r.n++ }
 
 // The worked example of docs/contract.md: capacity 40, four clients with
 // the shares 5/15/10/10 of the product description's second window, and a
-// fifth joining 4 s into it, when 20 units of the window are used.
+// fifth that first asks 0.5 s into it (within min_cycle: pending), and
+// again 4 s into it, when 20 units of the window are used: proven, it is
+// counted at the default share.
 func TestContractWorkedExample(t *testing.T) {
 	l := newLimiter(t, testConfig(), NewMemStore())
 	clients := []string{"A", "B", "C", "D"}
@@ -538,6 +542,9 @@ func TestContractWorkedExample(t *testing.T) {
 			t.Fatalf("%s admitted %d of %d within its share", clients[i], admitted, n)
 		}
 	}
+	if d := l.AdmitAt(w2.Add(500*time.Millisecond), "E"); d.Allowed || d.Reason != ReasonPending || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("E within min_cycle: %+v, want pending for 500ms", d)
+	}
 	d := l.AdmitAt(w2.Add(4*time.Second), "E")
 	if !d.Allowed || d.Limit != 8 {
 		t.Fatalf("E: %+v, want admitted with a share of 8", d)
@@ -555,10 +562,33 @@ func TestContractWorkedExample(t *testing.T) {
 	if total != 40 {
 		t.Fatalf("window 2 admitted %d, want exactly 40", total)
 	}
+
+	// The variant: E's first request comes 4 s in, when a re-plan is
+	// allowed. It is admitted at once, counted at the 1 unit it asked for.
+	l = newLimiter(t, testConfig(), NewMemStore())
+	if err := l.RegisterAt(t0, clients...); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{2, 15, 10, 10} {
+		send(l, t0.Add(time.Second), clients[i], n)
+	}
+	l.TickAt(w2)
+	for i, n := range []int{2, 9, 5, 4} {
+		send(l, w2.Add(time.Second), clients[i], n)
+	}
+	if d := l.AdmitAt(w2.Add(4*time.Second), "E"); !d.Allowed || d.Limit != 2 {
+		t.Fatalf("unproven E: %+v, want admitted at once with a share of 2", d)
+	}
+	for i, want := range []int64{3, 15, 10, 10, 2} {
+		if c := append(clients, "E")[i]; shareOf(l, c) != want {
+			t.Fatalf("after the re-plan for unproven E: %s share %d, want %d", c, shareOf(l, c), want)
+		}
+	}
 }
 
-// A newcomer waiting in the last place of the table is registered by its
-// own request once MinCycle has passed, without waiting for a tick.
+// A proven newcomer waiting in the last place of the table is registered
+// by its own request once MinCycle has passed, without waiting for a tick;
+// a newcomer proving itself after it is refused.
 func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxClients = 2
@@ -567,8 +597,14 @@ func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
 	if d := l.AdmitAt(t0.Add(100*time.Millisecond), "b"); d.Reason != ReasonPending {
 		t.Fatalf("b: %+v, want pending", d)
 	}
-	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "c"); d.Reason != ReasonTableFull {
-		t.Fatalf("c: %+v, want table_full", d)
+	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "c"); d.Reason != ReasonPending {
+		t.Fatalf("c: %+v, want pending (unproven newcomers hold no table room)", d)
+	}
+	if d := l.AdmitAt(t0.Add(300*time.Millisecond), "b"); d.Reason != ReasonPending {
+		t.Fatalf("b again: %+v, want pending (proven: it takes the last place)", d)
+	}
+	if d := l.AdmitAt(t0.Add(400*time.Millisecond), "c"); d.Reason != ReasonTableFull {
+		t.Fatalf("c again: %+v, want table_full", d)
 	}
 	if d := l.AdmitAt(t0.Add(1100*time.Millisecond), "b"); !d.Allowed {
 		t.Fatalf("b after MinCycle: %+v, want admitted", d)

@@ -16,15 +16,55 @@ import (
 // plan than anything the resetting worker can see.
 const planResetJump = 1 << 20
 
-// registered reports whether e is counted in plan p: it arrived under an
-// earlier plan, so the roller of p could see it.
-func registered(e *entry, p *plan) bool { return e.created < p.id }
+// registered reports whether e is counted in plan p. A declared or proven
+// entry is counted from the plan after the one it was (re-)written under
+// (created), so the roller of p could see it. An unproven newcomer that
+// waits is counted only by a plan that promoted it (names it); the first
+// sync under that plan gives
+// the entry a plan id, and from then on it is counted like any other.
+// Every worker decides this from p and e alone.
+func registered(e *entry, p *plan) bool {
+	if waitingUnproven(e) {
+		return e.hash == p.promoted && e.created < p.id
+	}
+	return e.created < p.id
+}
+
+// waitingUnproven: a newcomer seen once that no plan has counted yet.
+func waitingUnproven(e *entry) bool { return e.tries == 1 && e.plan == 0 }
+
+// askedAgain reports whether a client that entered unproven has asked for
+// more than the request it was first seen with (prev, in its first
+// window), or for anything in a later window: it is then proven (tries 2),
+// and counts as any client from the next plan on.
+func askedAgain(e *entry, cfg *Config) bool {
+	if e.window != windowIndex(e.since, cfg) {
+		return e.demand > 0
+	}
+	return float64(e.demand) > e.prev
+}
+
+// reclaimable reports whether an unproven newcomer's entry is over: its
+// window ended without a plan counting it. Its place may be reused, and
+// the table bound no longer counts it.
+func reclaimable(e *entry, p *plan) bool {
+	return waitingUnproven(e) && !registered(e, p) && e.window < p.window
+}
 
 // expired reports whether a client has been idle for more than IdleCycles
 // windows at p's window: it is then no longer counted, and its entry may be
 // reused. It is a function of the plan's window, so every worker agrees.
+//
+// A client that entered unproven (tries 1) and has shown nothing since is
+// forgotten after one idle window rather than IdleCycles: a one-shot id
+// promoted by a re-plan is counted in its window and the next, not for
+// IdleCycles more, so a flood keeps few of them counted at a time.
 func expired(e *entry, p *plan, cfg *Config) bool {
-	return p.window-e.active > int64(cfg.IdleCycles)
+	idle := int64(cfg.IdleCycles)
+	if e.tries == 1 {
+		idle = min(idle, 1)
+	}
+	return p.window-e.active > idle
 }
 
 // counted is registered and not expired.
@@ -37,7 +77,8 @@ func isNew(e *entry, p *plan) bool { return e.created+1 >= p.roll }
 
 // demandOf is the full-window demand e's share in p's window is computed
 // from: the demand of the previous window, scaled up when the client
-// arrived during it (by cycle/elapsed, with elapsed at least MinCycle). Once the entry's
+// arrived during it (by cycle/elapsed, with elapsed at least MinCycle;
+// not for a client that entered unproven). Once the entry's
 // counters moved to p's window, the value frozen then (prev) is used.
 func demandOf(e *entry, p *plan, cfg *Config) float64 {
 	switch e.window {
@@ -49,7 +90,9 @@ func demandOf(e *entry, p *plan, cfg *Config) float64 {
 		// window: RegisterAt spaces the clients it declares a nanosecond
 		// apart (their registration order breaks rounding ties), and that
 		// must not scale their demand.
-		if start := windowStart(e.window, cfg); e.since-start >= int64(cfg.Cycle)/1024 {
+		// A client that entered unproven has shown a count, not a rate: its
+		// demand is not extrapolated to the whole window.
+		if start := windowStart(e.window, cfg); e.tries != 1 && e.since-start >= int64(cfg.Cycle)/1024 {
 			elapsed := max(windowEnd(e.window, cfg)-e.since, int64(cfg.MinCycle))
 			d *= float64(cfg.Cycle) / float64(elapsed)
 		}
@@ -63,9 +106,33 @@ func demandOf(e *entry, p *plan, cfg *Config) float64 {
 func fullShare(pol compactPolicy, p *plan, e *entry, cfg *Config) int64 {
 	d := demandOf(e, p, cfg)
 	if isNew(e, p) {
-		d = p.params[0] // the default share, C/N, for every policy
+		d = newDemand(p.params[0], shown(e)) // p.params[0] is the default share, C/N, for every policy
 	}
 	return roundCap(pol.capOf(&p.params, d), e.since, e.hash, p)
+}
+
+// shown is what a newcomer that entered unproven has shown: the units it
+// asked for while it waited (frozen in prev, which a new client's share
+// does not otherwise read). -1 for any other client.
+func shown(e *entry) float64 {
+	if e.tries == 1 {
+		return e.prev
+	}
+	return -1
+}
+
+// newDemand is the demand a client counts at in the window it was
+// registered in: the default share def, as the seed promises, except that
+// a newcomer that entered unproven counts at no more than what it has
+// shown. A one-shot id is then a client with a surplus: it keeps the
+// reservation and gives the rest of def back to those who want more, so a
+// flood of them cannot dilute anyone's share by more than the
+// reservations it holds.
+func newDemand(def, shown float64) float64 {
+	if shown < 0 {
+		return def
+	}
+	return math.Min(shown, def)
 }
 
 func roundCap(c float64, since int64, hash uint64, p *plan) int64 {
@@ -131,6 +198,7 @@ type planScratch struct {
 	since   []int64
 	demands []float64
 	isNew   []bool
+	shown   []float64
 	granted []int64
 	fracs   []float64
 	order   []int
@@ -141,7 +209,7 @@ func (s *planScratch) reset() {
 }
 
 func (s *planScratch) truncate(n int) {
-	s.hashes, s.since, s.demands, s.isNew, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.granted[:n]
+	s.hashes, s.since, s.demands, s.isNew, s.shown, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.shown[:n], s.granted[:n]
 }
 
 // add records one client counted in the plan being computed.
@@ -150,6 +218,7 @@ func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 	s.since = append(s.since, e.since)
 	s.demands = append(s.demands, demandOf(e, next, cfg))
 	s.isNew = append(s.isNew, isNew(e, next))
+	s.shown = append(s.shown, shown(e))
 	g := int64(0)
 	if e.window == next.window {
 		g = e.granted
@@ -171,7 +240,7 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	def := float64(capacity) / float64(n)
 	for i := range s.demands {
 		if s.isNew[i] {
-			s.demands[i] = def
+			s.demands[i] = newDemand(def, s.shown[i])
 		}
 	}
 	next.params = pol.params(capacity, s.demands)

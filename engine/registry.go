@@ -27,10 +27,12 @@ type registry struct {
 	viewBad bool   // the value at viewCAS is unreadable: only a roller may replace it
 
 	clients map[uint64]*clientState // counted clients this worker has seen
-	waiting map[uint64]uint64       // newcomers told "pending" -> plan id then
+	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
 	refused map[uint64]uint64       // newcomers told "table_full" -> plan id then
 
 	budgetRoll uint64 // the budget's roll id at the last budgetLeft
+
+	registeredNow int // set by scan: clients the scanned plan counts first
 
 	buf     []byte
 	bkt     bucketVal
@@ -41,6 +43,14 @@ type registry struct {
 type corruptKey struct {
 	bucket int
 	cas    uint32
+}
+
+// waitMark is what a worker remembers of a newcomer it told to wait: under
+// which plan, and whether its entry already records it as proven (then its
+// repeats need not touch shared state until a re-plan may be due).
+type waitMark struct {
+	plan   uint64
+	proven bool
 }
 
 // maxProbe bounds how many buckets a client may be placed in past its home
@@ -68,7 +78,7 @@ func newRegistry(cfg *Config, store Store, obs Observer) *registry {
 		nb:        nb,
 		keys:      make([]string, nb),
 		clients:   make(map[uint64]*clientState),
-		waiting:   make(map[uint64]uint64),
+		waiting:   make(map[uint64]waitMark),
 		refused:   make(map[uint64]uint64),
 	}
 }
@@ -164,21 +174,55 @@ func (r *registry) find(h uint64) (b int, e entry, found bool, err error) {
 // errFull: the newcomer cannot be registered (table or probe path full).
 var errFull = errors.New("client table full")
 
-// insert registers a newcomer as waiting for the next plan: it counts it in
-// the plan's pending (so that the table bound holds and a re-plan is
-// wanted), then writes its entry. Both are O(1): one small plan value and
-// one bucket.
-func (r *registry) insert(h uint64, t int64) error {
-	if r.view.id != 0 {
+// insert puts a client in the table, waiting for a plan, at O(1) cost. A
+// newcomer enters unproven (tries 1, the units it asked for in prev): it
+// writes its bucket only, so a flood of one-shot ids never touches the
+// plan key, and it holds no table room (see prove). A declared client
+// (cost 0) enters as if proven: it is counted in the plan's pending (so
+// that the table bound holds and a re-plan is wanted), then written.
+func (r *registry) insert(h uint64, t, cost int64) error {
+	tries := int64(0)
+	if cost > 0 {
+		tries = 1
+	}
+	if r.view.id != 0 && tries == 0 {
 		if err := r.countPending(); err != nil {
 			return err
 		}
 	}
 	k := windowIndex(t, r.cfg)
-	fresh := entry{hash: h, created: r.view.id, since: t, window: k, active: k}
-	b := r.home(h)
+	if r.view.id != 0 {
+		k = r.view.window // a late clock read still arrives in the plan's window
+	}
+	fresh := entry{hash: h, created: r.view.id, since: t, window: k, active: k, tries: tries, prev: float64(cost)}
+	return r.put(fresh)
+}
+
+// prove records a waiting newcomer's second attempt: it takes table room
+// (refused when the table is full) and is counted by the next plan, like
+// a declared client. An entry whose window is over starts afresh in the
+// plan's window.
+func (r *registry) prove(e entry, t int64) error {
+	if err := r.countPending(); err != nil {
+		return err
+	}
+	if e.window < r.view.window {
+		e.since, e.window, e.active, e.demand = t, r.view.window, r.view.window, 0
+	}
+	e.created, e.tries = r.view.id, min(e.tries+1, maxTries)
+	return r.put(e)
+}
+
+// put writes e at its home bucket or one of the next ones. errFull: every
+// place on its probe path is taken (by counted clients, or by unproven
+// newcomers of the running window). An unproven newcomer probes on only
+// where counted clients already spilled: a flood of one-shot ids fills
+// home buckets, costs O(1) store work per id, and never makes a counted
+// client's lookups longer.
+func (r *registry) put(e entry) error {
+	b := r.home(e.hash)
 	for probe := 0; probe <= maxProbe; probe++ {
-		placed, overflow, err := r.place(b, fresh)
+		placed, overflow, err := r.place(b, e)
 		if err != nil || placed {
 			return err
 		}
@@ -249,13 +293,13 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 		for i := range r.bkt.entries {
 			x := &r.bkt.entries[i]
 			if x.hash == e.hash {
-				if !registered(x, &r.view) || !expired(x, &r.view, r.cfg) {
+				if !free(x, &r.view, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
 					return true, false, nil // there already, counted or waiting
 				}
-				at = i // its own expired entry: a returning client
+				at = i // its own entry: a returning client, or a newcomer proven
 				break
 			}
-			if at < 0 && registered(x, &r.view) && expired(x, &r.view, r.cfg) {
+			if at < 0 && free(x, &r.view, r.cfg) {
 				at = i
 			}
 		}
@@ -267,6 +311,8 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 			r.bkt.entries = append(r.bkt.entries, e)
 		case r.bkt.overflow:
 			return false, true, nil
+		case waitingUnproven(&e):
+			return false, false, nil // unproven newcomers never spill into other buckets
 		default:
 			r.bkt.overflow, markOnly = true, true
 		}
@@ -286,13 +332,23 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 	return false, false, ErrRetriesExhausted
 }
 
+// free reports whether x's place may be reused: an idle client's, or an
+// unproven newcomer's whose window is over.
+func free(x *entry, p *plan, cfg *Config) bool {
+	return (registered(x, p) && expired(x, p, cfg)) || reclaimable(x, p)
+}
+
 // replan computes and publishes the next plan when transition (on a fresh
 // read of the plan) still asks for one; another worker may have done it.
 // Reading every bucket is the O(clients) part, at most once per MinCycle or
 // window. Publishing is one CAS on the plan key: of all workers that
 // compute a plan from the same one, exactly one wins, and the others adopt
 // its result. Returns the step taken (stepStay when none was needed).
-func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error) {
+//
+// who is who asks (see transition); cand is the newcomer whose own request
+// asks for the plan (0: none): a re-plan, or the first plan, counts it
+// even unproven (promoted), the only unproven newcomer it counts.
+func (r *registry) replan(t int64, who caller, cand uint64, flush func()) (stepKind, error) {
 	flushed := false
 	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
 		corrupt, err := r.read()
@@ -305,7 +361,7 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error
 			// any entry or the budget holds (see scan).
 			cur = plan{id: r.view.id, roll: r.view.roll, window: windowIndex(t, r.cfg) - 2, n: 1}
 		}
-		step, k := transition(&cur, r.cfg, t, newcomer)
+		step, k := transition(&cur, r.cfg, t, who)
 		if step != stepRoll && step != stepReplan {
 			return stepStay, nil
 		}
@@ -327,6 +383,11 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error
 		if step == stepRoll {
 			next.roll = next.id
 		}
+		if step == stepReplan || cur.id == 0 {
+			// (A later roll does not promote: the candidate arrived in the
+			// window before, and asks again in this one if it is genuine.)
+			next.promoted = cand
+		}
 		freshRoll := step == stepRoll && !corrupt
 		capacity, left, bcas, bcorrupt, err := r.budgetLeft(&next, freshRoll)
 		if err != nil {
@@ -335,14 +396,14 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
-			top, err := r.scan(&next, false)
+			top, err := r.scan(&cur, &next, false)
 			if err != nil {
 				return stepStay, err
 			}
 			next.id = max(top, cur.id, r.budgetRoll) + planResetJump
 			next.roll = next.id
 		}
-		if _, err := r.scan(&next, !corrupt); err != nil {
+		if _, err := r.scan(&cur, &next, !corrupt); err != nil {
 			return stepStay, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
@@ -356,7 +417,7 @@ func (r *registry) replan(t int64, newcomer bool, flush func()) (stepKind, error
 			r.obs.StoreFailure("set plan", err)
 			return stepStay, err
 		}
-		registeredNow := r.countNew(&next)
+		registeredNow := r.registeredNow
 		r.adopt(next, 0)
 		r.resetCorrupt(bcas, bcorrupt, freshRoll)
 		r.obs.Rollover(RolloverEvent{
@@ -408,14 +469,16 @@ func (r *registry) budgetLeft(next *plan, freshRoll bool) (capacity, left int64,
 }
 
 // scan reads every bucket and records the clients counted in next. It
-// returns the highest plan id any entry names (for a plan reset), and
-// remembers unreadable buckets for resetCorrupt.
+// returns the highest plan id any entry names (for a plan reset), counts
+// the clients next counts and cur did not (registeredNow), and remembers
+// unreadable buckets for resetCorrupt.
 //
 // With checkFuture, an entry that names a plan id at or above next's is
 // impossible (if another worker had published such a plan, next's CAS will
 // fail): its bucket is treated as unreadable.
-func (r *registry) scan(next *plan, checkFuture bool) (uint64, error) {
+func (r *registry) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 	r.scratch.reset()
+	r.registeredNow = 0
 	r.corrupt = r.corrupt[:0]
 	var top uint64
 	for b := 0; b < r.nb; b++ {
@@ -431,35 +494,25 @@ func (r *registry) scan(next *plan, checkFuture bool) (uint64, error) {
 			r.corrupt = append(r.corrupt, corruptKey{b, cas})
 			continue
 		}
-		mark := len(r.scratch.hashes)
+		mark, markNew := len(r.scratch.hashes), r.registeredNow
 		for i := range r.bkt.entries {
 			e := &r.bkt.entries[i]
 			top = max(top, e.plan, e.created)
 			if checkFuture && (e.plan >= next.id || e.created >= next.id) {
 				r.scratch.truncate(mark)
+				r.registeredNow = markNew
 				r.corrupt = append(r.corrupt, corruptKey{b, cas})
 				break
 			}
 			if counted(e, next, r.cfg) {
 				r.scratch.add(e, next, r.cfg)
+				if !registered(e, cur) || cur.id == 0 {
+					r.registeredNow++
+				}
 			}
 		}
 	}
 	return top, nil
-}
-
-// countNew is how many clients next counts for the first time.
-func (r *registry) countNew(next *plan) int {
-	n := 0
-	for _, isNew := range r.scratch.isNew {
-		if isNew {
-			n++
-		}
-	}
-	if next.replan {
-		return min(n, int(r.view.pending))
-	}
-	return n
 }
 
 // resetCorrupt rewrites the unreadable values the plan's scan found. Only

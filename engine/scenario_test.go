@@ -117,8 +117,19 @@ func TestNewcomerStreamKeepsEveryWindowWithinCapacity(t *testing.T) {
 					served[o.client] = true
 				}
 			}
-			if n := len(served); n < 60 {
-				t.Fatalf("only %d of 94 clients were ever served", n)
+			// Without faults every client is served. With them, a corrupt
+			// budget value spends the rest of its window (it may have hid
+			// grants), so newcomers of such windows are never served; and a
+			// newcomer counted unproven has a small share, which the scaling
+			// to what is left can round to 0. Over ten fault seeds this
+			// served 54 to 79 clients (mean 69; 64 to 84 under the rule that
+			// counted every newcomer at the default share).
+			want := 94
+			if tc.faults != nil {
+				want = 50
+			}
+			if n := len(served); n < want {
+				t.Fatalf("only %d of 94 clients were ever served, want at least %d", n, want)
 			}
 		})
 	}
@@ -157,8 +168,8 @@ func TestReturningIdleClientsStayWithinCapacity(t *testing.T) {
 
 // A flood of 100,000 never-seen ids (one request each) against a table of
 // 10,000: honest clients are never evicted or refused, the flood's repeats
-// and refusals cost O(1) store work each, and once the flood's ids are
-// idle the honest clients get their demand again.
+// and refusals cost O(1) store work each, and the honest clients get their
+// demand in every window, the flood's included.
 func TestFloodOfNewIDsDoesNotEvictOrSlowHonestClients(t *testing.T) {
 	cfg := Defaults(10000, time.Second)
 	cfg.MaxClients = 10000
@@ -189,13 +200,10 @@ func TestFloodOfNewIDsDoesNotEvictOrSlowHonestClients(t *testing.T) {
 		}
 	}
 	t.Logf("honest admitted per window: %v; store ops per request %.2f", perWindow, float64(store.ops.Load())/float64(len(sc.reqs)))
-	// Window 0: no flood. Windows 2 and 3: the flood's ids sent nothing
-	// after arriving, so the seed lends their shares back to the honest
-	// clients. (Window 1 is the flood's own: its 10,000 ids count as
-	// demanding the default share in the re-plan that registers them, as
-	// every newcomer does, and the honest clients get little more of that
-	// window; the log line above shows how much.)
-	for _, k := range []int64{0, 2, 3} {
+	// Every window, the flood's own (1) included: the flood's ids enter
+	// the plan at most one per re-plan, each counted at the one unit it
+	// asked for, so the honest clients get their demand throughout.
+	for _, k := range []int64{0, 1, 2, 3} {
 		if got := perWindow[k]; got < 4000*99/100 {
 			t.Fatalf("window %d: honest clients admitted %d of 4000 asked", k, got)
 		}
@@ -206,6 +214,146 @@ func TestFloodOfNewIDsDoesNotEvictOrSlowHonestClients(t *testing.T) {
 	ops := store.ops.Load()
 	if per := float64(ops) / float64(len(sc.reqs)); per > 4 {
 		t.Fatalf("%.1f store operations per request under the flood, want O(1)", per)
+	}
+}
+
+// The flood of issue 10 against clients that want more than the capacity:
+// 100,000 distinct one-shot ids over three windows, max_clients 10,000,
+// and four heavy known clients asking twice their share all along. In
+// every window, the flood's included, each known client is admitted at
+// least 90% of what it was admitted in the first window (no flood yet,
+// where it gets exactly its share); no window or share is exceeded; the
+// known clients never see table_full or pending. Once the flood stops, a
+// genuine newcomer registers: the one-shot ids did not keep the table.
+func TestFloodKeepsKnownClientsShares(t *testing.T) {
+	cfg := Defaults(8000, time.Second)
+	cfg.MaxClients = 10000
+	cfg.MinCycle = 100 * time.Millisecond
+	known := []string{"known-a", "known-b", "known-c", "known-d"}
+	sc := scenario{cfg: cfg, workers: 4, register: known}
+	const windows = 8
+	for _, c := range known {
+		sc.reqs = steady(sc.reqs, c, t0, windows*time.Second, windows*4000) // 2× the share of 2000
+	}
+	const flood = 100000
+	for i := 0; i < flood; i++ { // windows 2 to 4
+		at := t0.Add(2*time.Second + time.Duration(i)*30*time.Microsecond)
+		sc.reqs = append(sc.reqs, request{at: at, client: fmt.Sprintf("flood-%d", i), cost: 1})
+	}
+	// After the flood, a genuine newcomer: it arrives mid-window 6, when the
+	// known clients have spent the window, so it is registered with nothing
+	// left to take (pending until the window ends), and served in window 7.
+	late := t0.Add(6*time.Second + 500*time.Millisecond)
+	sc.reqs = steady(sc.reqs, "late", late, time.Second, 40)
+	res := sc.run(t)
+	k0 := windowIndex(t0.UnixNano(), &cfg)
+	perWindow := map[string]map[int64]int64{}
+	for _, c := range known {
+		perWindow[c] = map[int64]int64{}
+	}
+	lateServed := false
+	for _, o := range res.outs {
+		if o.client == "late" && o.d.Allowed {
+			lateServed = true
+		}
+		if perWindow[o.client] == nil {
+			continue
+		}
+		switch o.d.Reason {
+		case ReasonOK, ReasonOverLimit:
+		default:
+			t.Fatalf("known client %s got %s at %v", o.client, o.d.Reason, o.at.Sub(t0))
+		}
+		if o.d.Allowed {
+			k, _, _ := WindowAt(o.at, cfg.Cycle, 0)
+			perWindow[o.client][k-k0]++
+		}
+	}
+	for _, c := range known {
+		before := perWindow[c][0]
+		if before == 0 {
+			t.Fatalf("%s admitted nothing before the flood", c)
+		}
+		t.Logf("%s admitted per window: %v", c, perWindow[c])
+		for k := int64(1); k < windows; k++ {
+			if got := perWindow[c][k]; got*10 < before*9 {
+				t.Fatalf("%s: window %d admitted %d, below 90%% of the %d it had before the flood", c, k, got, before)
+			}
+		}
+	}
+	if !lateServed {
+		t.Fatal("a genuine newcomer after the flood was never served: one-shot ids kept the table")
+	}
+}
+
+// A lone newcomer is admitted at its first request when a re-plan is
+// allowed; several that arrive together within min_cycle are told pending
+// and, retrying once after Retry-After, are all counted by the re-plan
+// their retries make, or by the next one, min_cycle later.
+func TestGenuineNewcomersAreRegisteredPromptly(t *testing.T) {
+	cfg := testConfig() // capacity 40, window 10 s, min_cycle 1 s
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "A", "B"); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.AdmitAt(t0.Add(2*time.Second), "lone"); !d.Allowed || d.Reason != ReasonOK {
+		t.Fatalf("lone newcomer with a re-plan allowed: %+v, want admitted at once", d)
+	}
+	at := t0.Add(2*time.Second + 100*time.Millisecond) // within min_cycle of the lone one's re-plan
+	var retryAt time.Time
+	group := []string{"n1", "n2", "n3", "n4"}
+	for _, c := range group {
+		d := l.AdmitAt(at, c)
+		if d.Allowed || d.Reason != ReasonPending || d.RetryAfter <= 0 || d.RetryAfter > cfg.MinCycle {
+			t.Fatalf("%s within min_cycle: %+v, want pending with a retry-after within min_cycle", c, d)
+		}
+		retryAt = at.Add(d.RetryAfter)
+	}
+	for _, c := range group { // one retry each, as told
+		l.AdmitAt(retryAt, c)
+	}
+	l.TickAt(retryAt.Add(cfg.MinCycle))
+	s := l.Snapshot()
+	for _, c := range group {
+		if _, ok := s.Clients[HashID(c)]; !ok {
+			t.Fatalf("%s not registered min_cycle after its one retry (clients %d, pending %d)", c, len(s.Clients), s.Pending)
+		}
+	}
+	for _, c := range group {
+		if d := l.AdmitAt(retryAt.Add(cfg.MinCycle), c); !d.Allowed {
+			t.Fatalf("%s after registration: %+v", c, d)
+		}
+	}
+}
+
+// An unproven newcomer that never comes back holds no table room, and its
+// place in the registry only until its window ends: one-shot ids that fill
+// every place leave a genuine newcomer table_full for the rest of their
+// window only, and are never counted.
+func TestUnprovenEntriesAreReclaimed(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxClients = 20 // 2 buckets of 48 places
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "A"); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(500 * time.Millisecond) // within min_cycle: all wait
+	for i := 0; i < 200; i++ {
+		l.AdmitAt(at, fmt.Sprintf("once-%d", i))
+	}
+	if d := l.AdmitAt(at, "genuine"); d.Reason != ReasonTableFull {
+		t.Fatalf("newcomer when one-shot ids took every place: %+v, want table_full", d)
+	}
+	if p, n := l.Snapshot().Pending, l.ActiveClients(); p != 0 || n != 1 {
+		t.Fatalf("pending %d, counted %d: want the one-shot ids neither counted nor holding table room", p, n)
+	}
+	next := t0.Add(cfg.Cycle + time.Second)
+	l.AdmitAt(next, "A") // the window's first request rolls it
+	if d := l.AdmitAt(next.Add(cfg.MinCycle), "genuine"); !d.Allowed {
+		t.Fatalf("genuine newcomer in the next window: %+v, want admitted", d)
+	}
+	if n := l.ActiveClients(); n != 2 {
+		t.Fatalf("counted %d, want A and genuine (one-shot ids are never counted unless promoted)", n)
 	}
 }
 

@@ -21,6 +21,19 @@ const (
 	stepTableFull
 )
 
+// caller is who asks transition: it decides what a step may be.
+type caller uint8
+
+const (
+	// callerCounted: a client the plan counts, a tick, or nobody.
+	callerCounted caller = iota
+	// callerNew: a client the table does not hold (a newcomer).
+	callerNew
+	// callerWaiting: a newcomer the table holds, waiting for a plan to
+	// count it: the one unproven newcomer a re-plan may count (promote).
+	callerWaiting
+)
+
 var stepNames = [...]string{"stay", "roll", "replan", "pending", "table_full"}
 
 func (s stepKind) String() string {
@@ -31,9 +44,10 @@ func (s stepKind) String() string {
 }
 
 // transition is the one place that decides how the plan moves: it is a pure
-// function of the plan a worker holds, the config, the time and whether the
-// caller is a client the plan does not count (a newcomer). It returns the
-// step and the window the next plan is for (the running one for a re-plan).
+// function of the plan a worker holds, the config, the time and who asks
+// (a counted client, a newcomer the table does not hold yet, or one it
+// holds that waits). It returns the step and the window the next plan is
+// for (the running one for a re-plan).
 //
 //   - Windows are aligned (WindowAt), so every worker agrees on when a
 //     window ends without talking to anyone. The running window ends when
@@ -46,10 +60,14 @@ func (s stepKind) String() string {
 //     step: the clock's window is planned afresh, under a new plan id.
 //   - An empty plan (no client counted or waiting) is never rolled: there
 //     is nothing to share until a newcomer arrives.
-//   - Re-plans are at least MinCycle apart, so a flood of new ids costs at
-//     most one re-plan per MinCycle. With no client counted there is nobody
-//     to disturb, so the first client never waits.
-func transition(p *plan, cfg *Config, now int64, newcomer bool) (stepKind, int64) {
+//   - A re-plan is wanted by a newcomer's own request, or by a proven (or
+//     declared) client waiting (p.pending); unproven newcomers that did
+//     not come back want nothing, and the table bound does not count them. Re-plans are at least MinCycle apart, so a flood of new
+//     ids costs at most one re-plan per MinCycle, and each re-plan counts
+//     at most one unproven newcomer. With no client counted there is
+//     nobody to disturb, so the first client never waits.
+func transition(p *plan, cfg *Config, now int64, who caller) (stepKind, int64) {
+	newcomer := who != callerCounted
 	k := windowIndex(now, cfg)
 	empty := p.id == 0 || p.n+p.pending == 0
 	start, end := planWindow(p, cfg)
@@ -59,7 +77,7 @@ func transition(p *plan, cfg *Config, now int64, newcomer bool) (stepKind, int64
 		}
 		return stepRoll, k
 	}
-	if newcomer && int(p.n)+int(p.pending) >= cfg.MaxClients {
+	if who == callerNew && int(p.n)+int(p.pending) >= cfg.MaxClients {
 		return stepTableFull, p.window
 	}
 	if newcomer || p.pending > 0 {

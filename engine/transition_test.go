@@ -6,7 +6,7 @@ import (
 )
 
 // The transition function over synthetic times, like x/time/rate's tests:
-// one plan, one config, and the step each (time, newcomer) pair leads to.
+// one plan, one config, and the step each (time, caller) pair leads to.
 func TestTransition(t *testing.T) {
 	cfg := testConfig() // window 10 s, MinCycle 1 s
 	cfg.MaxClients = 3
@@ -21,35 +21,38 @@ func TestTransition(t *testing.T) {
 	empty := running
 	empty.n = 0
 	tests := []struct {
-		name     string
-		p        plan
-		at       int64
-		newcomer bool
-		want     stepKind
-		window   int64
+		name   string
+		p      plan
+		at     int64
+		who    caller
+		want   stepKind
+		window int64
 	}{
-		{"no plan, nobody", plan{}, ws, false, stepStay, 0},
-		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, true, stepRoll, k},
-		{"empty plan is never rolled", empty, ws + 50*sec, false, stepStay, k},
-		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, true, stepRoll, k + 5},
-		{"inside the window", running, ws + 9*sec, false, stepStay, k},
-		{"last nanosecond of the window", running, ws + 10*sec - 1, false, stepStay, k},
-		{"the deadline rolls", running, ws + 10*sec, false, stepRoll, k + 1},
-		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, false, stepRoll, k + 3},
-		{"a small step back stays in the plan's window", running, ws - 5*sec, false, stepStay, k},
-		{"a step back past a window plans the clock's window", running, ws - 15*sec, false, stepRoll, k - 2},
-		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), true, stepPending, k},
-		{"newcomer after MinCycle re-plans", running, ws + 3*sec, true, stepReplan, k},
-		{"newcomer at the deadline rolls", running, ws + 10*sec, true, stepRoll, k + 1},
-		{"newcomer finds the table full", full, ws + 3*sec, true, stepTableFull, k},
-		{"waiting newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, false, stepReplan, k},
-		{"waiting newcomers hold within MinCycle", withPending, ws + 2*sec + 1, false, stepStay, k},
-		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, true, stepReplan, k},
-		{"the clock went back past the plan: re-plan allowed", running, ws + sec, true, stepReplan, k},
+		{"no plan, nobody", plan{}, ws, callerCounted, stepStay, 0},
+		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, callerNew, stepRoll, k},
+		{"empty plan is never rolled", empty, ws + 50*sec, callerCounted, stepStay, k},
+		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, callerNew, stepRoll, k + 5},
+		{"inside the window", running, ws + 9*sec, callerCounted, stepStay, k},
+		{"last nanosecond of the window", running, ws + 10*sec - 1, callerCounted, stepStay, k},
+		{"the deadline rolls", running, ws + 10*sec, callerCounted, stepRoll, k + 1},
+		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, callerCounted, stepRoll, k + 3},
+		{"a small step back stays in the plan's window", running, ws - 5*sec, callerCounted, stepStay, k},
+		{"a step back past a window plans the clock's window", running, ws - 15*sec, callerCounted, stepRoll, k - 2},
+		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), callerNew, stepPending, k},
+		{"newcomer after MinCycle re-plans", running, ws + 3*sec, callerNew, stepReplan, k},
+		{"newcomer at the deadline rolls", running, ws + 10*sec, callerNew, stepRoll, k + 1},
+		{"newcomer finds the table full", full, ws + 3*sec, callerNew, stepTableFull, k},
+		{"proven newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, callerCounted, stepReplan, k},
+		{"proven newcomers hold within MinCycle", withPending, ws + 2*sec + 1, callerCounted, stepStay, k},
+		{"a waiting newcomer's own request re-plans after MinCycle", withPending, ws + 3*sec, callerWaiting, stepReplan, k},
+		{"a waiting newcomer's own request within MinCycle waits", withPending, ws + 2*sec + 1, callerWaiting, stepPending, k},
+		{"a waiting newcomer already holds its room in a full table", full, ws + 3*sec, callerWaiting, stepReplan, k},
+		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, callerNew, stepReplan, k},
+		{"the clock went back past the plan: re-plan allowed", running, ws + sec, callerNew, stepReplan, k},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			step, w := transition(&tt.p, &cfg, tt.at, tt.newcomer)
+			step, w := transition(&tt.p, &cfg, tt.at, tt.who)
 			if step != tt.want || w != tt.window {
 				t.Fatalf("transition = %s, window %d; want %s, window %d", step, w-k, tt.want, tt.window-k)
 			}
@@ -67,15 +70,19 @@ func FuzzTransition(f *testing.F) {
 		cfg := testConfig()
 		p := plan{id: id, roll: id, window: window % maxWindow, at: at, n: n % 10, pending: pending % 10}
 		now := (nowSec % (1 << 40)) * int64(time.Millisecond)
-		step, w := transition(&p, &cfg, now, newcomer)
+		who := caller(uint64(id) % 3)
+		if !newcomer {
+			who = callerCounted
+		}
+		step, w := transition(&p, &cfg, now, who)
 		switch step {
 		case stepRoll:
 			if w != windowIndex(now, &cfg) {
 				t.Fatalf("roll to window %d, clock's is %d", w, windowIndex(now, &cfg))
 			}
 		case stepPending, stepTableFull:
-			if !newcomer {
-				t.Fatalf("%s for a counted client", step)
+			if who == callerCounted || (step == stepTableFull && who != callerNew) {
+				t.Fatalf("%s for a %d caller", step, who)
 			}
 			fallthrough
 		default:

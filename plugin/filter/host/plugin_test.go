@@ -222,10 +222,15 @@ func TestBorrowingAcrossCycles(t *testing.T) {
 				t.Fatalf("newcomer %s: got %+v, want a pending reply", c, r.headers)
 			}
 			checkHeaders(t, r.headers, map[string]string{"retry-after": "10"})
+			// Asking again proves a newcomer (an id that asked once is
+			// not counted by the next plan); it still waits.
+			if r := h.from(c); r.local == nil || r.headers["x-borrowcycle-reason"] != "pending" {
+				t.Fatalf("newcomer %s again: got %+v, want a pending reply", c, r.headers)
+			}
 		}
 		// Cycle 1 demand: a sent 1, the others were pending.
 		demand := []int64{1, 0, 0, 0}
-		// The newcomers join at the deadline, counted at the default share.
+		// The proven newcomers join at the deadline, counted at the default share.
 		prev := []int64{demand[0], capacity / 4, capacity / 4, capacity / 4}
 		for cycle, next := range [][]int64{{2, 15, 10, 10}, {20, 20, 20, 20}, {0, 30, 1, 3}, {9, 9, 9, 9}} {
 			h.advance(10 * time.Second)
@@ -342,7 +347,8 @@ func TestMetricValues(t *testing.T) {
 			t.Errorf("requests_allowed = %d before any tick: counted by a host call per request", got)
 		}
 		h.from("b") // pending: min_cycle not reached
-		h.from("c") // table_full: a + pending b fill 2 slots
+		h.from("b") // pending again, and proven: b now holds a place
+		h.from("c") // table_full: a + proven pending b fill 2 slots
 		h.advance(2 * time.Second)
 		h.from("b")           // a re-plan of the window registers b (early)
 		h.admittedOf("a", 10) // a's share is 5 after the re-plan, of which it used 1
@@ -352,7 +358,7 @@ func TestMetricValues(t *testing.T) {
 		h.flushMetrics()
 		h.checkCounters("borrowcycle.m.", map[string]uint64{
 			"requests_allowed":                6, // a: 1+4, b: 1
-			"requests_rejected.pending":       1,
+			"requests_rejected.pending":       2,
 			"requests_rejected.table_full":    1,
 			"requests_rejected.over_limit":    6,
 			"requests_rejected.anonymous":     1,
