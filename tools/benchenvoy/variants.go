@@ -26,11 +26,15 @@ const (
 const (
 	admitConfig     = `{"capacity": 1000000000000, "cycle": "10s"}`
 	noHeadersConfig = `{"capacity": 1000000000000, "cycle": "10s", "headers_on_allowed": false}`
-	// A share of 1 per client per hour: after the settle probes have spent
-	// it, every request is an over_limit 429 until the run ends. min_cycle
-	// is cut from its default (6 min) so that the 50 newcomers are
-	// registered by a re-plan within a second.
-	rejectConfig = `{"capacity": 50, "cycle": "1h", "min_cycle": "1s"}`
+	// A share of about 4 per client per hour: after the settle probes have
+	// spent it, every request is an over_limit 429 until the run ends.
+	// min_cycle is cut from its default (6 min) so that the 50 newcomers are
+	// registered by re-plans within seconds. The shares leave room for what
+	// the first clients spent before the others were registered: with
+	// exactly one unit per client, a newcomer whose re-plan found less left
+	// than everyone wanted would get nothing, and wait (pending) for the
+	// next window.
+	rejectConfig = `{"capacity": 200, "cycle": "1h", "min_cycle": "1s"}`
 )
 
 // localRLDescriptorTokens is the per-client bucket of the local_ratelimit
