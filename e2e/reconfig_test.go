@@ -183,11 +183,18 @@ func TestReconfigureByLDS(t *testing.T) {
 		if r.status != 200 || r.header.Get("x-ratelimit-limit") != "20" || r.header.Get("x-ratelimit-remaining") != "15" {
 			t.Fatalf("first export after the reload: %v, want admitted with 15 of 20 units left", r)
 		}
-		st, err := fetchStats(lt.admin)
-		if err != nil {
-			t.Fatal(err)
+		// Workers hand their counters to Envoy on tick: wait for one.
+		var got int64
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			st, err := fetchStats(lt.admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got = st["wasmcustom.borrowcycle.export.requests_allowed"]; got != 0 || time.Now().After(deadline) {
+				break
+			}
 		}
-		if got := st["wasmcustom.borrowcycle.export.requests_allowed"]; got != 1 {
+		if got != 1 {
 			t.Errorf("export.requests_allowed = %d, want 1", got)
 		}
 		// The default limit still decides everything else.
