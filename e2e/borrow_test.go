@@ -1,11 +1,10 @@
 package e2e
 
 import (
-	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,43 +25,28 @@ type phase struct {
 // pace has each client send at its rate, on two connections (so two
 // workers may share the client), phase after phase.
 func pace(tg *target, ids []string, phases []phase) []result {
-	var (
-		mu  sync.Mutex
-		out []result
-		wg  sync.WaitGroup
-	)
 	const conns = 2
 	start := time.Now()
-	for i, id := range ids {
-		for k := 0; k < conns; k++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := newClient()
-				phaseStart := start
-				for _, p := range phases {
-					interval := time.Duration(float64(conns) * float64(time.Second) / p.rates[i])
-					next := phaseStart.Add(time.Duration(k) * interval / conns)
-					end := phaseStart.Add(p.d)
-					for ; next.Before(end); next = next.Add(interval) {
-						// A goroutine that fell behind (a stalled machine)
-						// skips its missed slots instead of bursting them.
-						if late := time.Since(next); late > interval {
-							next = next.Add(late.Truncate(interval))
-						}
-						time.Sleep(time.Until(next))
-						r := tg.get(c, id)
-						mu.Lock()
-						out = append(out, r)
-						mu.Unlock()
-					}
-					phaseStart = end
+	return fanOut(slices.Repeat([]int{conns}, len(ids)), func(i, k int, c *http.Client) []result {
+		var mine []result
+		phaseStart := start
+		for _, p := range phases {
+			interval := time.Duration(float64(conns) * float64(time.Second) / p.rates[i])
+			next := phaseStart.Add(time.Duration(k) * interval / conns)
+			end := phaseStart.Add(p.d)
+			for ; next.Before(end); next = next.Add(interval) {
+				// A goroutine that fell behind (a stalled machine) skips
+				// its missed slots instead of bursting them.
+				if late := time.Since(next); late > interval {
+					next = next.Add(late.Truncate(interval))
 				}
-			}()
+				time.Sleep(time.Until(next))
+				mine = append(mine, tg.get(c, ids[i]))
+			}
+			phaseStart = end
 		}
-	}
-	wg.Wait()
-	return out
+		return mine
+	})
 }
 
 // cycleObs is what the clients saw of one cycle.
@@ -103,13 +87,7 @@ type cycleObs struct {
 //
 // A transition with no straddlers and a scale that does not change the
 // result has exactly one prediction, engine.Allocate of the raw counts.
-func TestBorrowingFollowsAllocate(t *testing.T) {
-	for _, workers := range []int{2, 4} {
-		t.Run(fmt.Sprintf("concurrency=%d", workers), func(t *testing.T) {
-			testBorrowing(t, workers)
-		})
-	}
-}
+func TestBorrowingFollowsAllocate(t *testing.T) { eachConcurrency(t, testBorrowing) }
 
 func testBorrowing(t *testing.T, workers int) {
 	const (
@@ -117,12 +95,11 @@ func testBorrowing(t *testing.T, workers int) {
 		reservation = 0.1
 		cycle       = time.Second
 	)
-	tg := configuredTarget(t, map[string]any{
-		"capacity":      capacity,
-		"cycle":         cycle.String(),
-		"reservation":   reservation,
-		"debug_headers": true,
-	}, startOpts{concurrency: workers})
+	tg := loadTarget(t, workers, map[string]any{
+		"capacity":    capacity,
+		"cycle":       cycle.String(),
+		"reservation": reservation,
+	})
 
 	// Registered in this order, which is the order engine.Allocate gets.
 	ids := []string{"light", "medium", "heavy"}

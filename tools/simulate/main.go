@@ -47,7 +47,7 @@ func main() {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.StringVar(&o.scenario, "scenario", "", "scenario `file` (YAML, or JSON by .json extension), or a shipped scenario's name")
+	fs.StringVar(&o.scenario, "scenario", "", "scenario `file` (YAML or JSON), or a shipped scenario's name")
 	fs.BoolVar(&o.all, "all", false, "run every shipped scenario and print a summary table")
 	fs.BoolVar(&o.list, "list", false, "list the shipped scenarios")
 	fs.StringVar(&o.policy, "policy", "", "seed, static, or compare (both, metrics side by side); default seed, or compare with -all")

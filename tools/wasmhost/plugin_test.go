@@ -330,24 +330,9 @@ func TestPluginTrappedVMIsIsolated(t *testing.T) {
 	if _, err := h.VM(1).Call("proxy_on_request_headers", 123456, 0, 1); err == nil {
 		t.Fatal("garbage context id did not trap")
 	}
-	var mu sync.Mutex
-	healthy := 0
 	// Client a is registered, and the capacity is ample: every request a
 	// healthy VM gets must be admitted.
-	h.Drive(90, RoundRobin(3), func(int) [][2]string { return Request("/", "a") },
-		func(i int, r Result) {
-			mu.Lock()
-			defer mu.Unlock()
-			if r.VM == 1 {
-				if r.Err == nil {
-					t.Errorf("the trapped VM served request %d: %v", i, r)
-				}
-				return
-			}
-			if checkResponse(t, r) == "allowed" {
-				healthy++
-			}
-		})
+	healthy := driveAroundTrap(t, h, 90, func(r Result) bool { return checkResponse(t, r) == "allowed" })
 	if healthy != 60 {
 		t.Fatalf("healthy VMs admitted %d of 60", healthy)
 	}
