@@ -69,21 +69,20 @@ type cycleObs struct {
 // the test tolerates exactly those:
 //
 //   - Requests that straddle the boundary. A request counted in cycle c by
-//     one worker while another worker is rolling over to c+1 may be missed
-//     by that rollover (their writes touch different shared-data keys). Such
-//     a request was still in flight when the rollover happened, so it was
-//     received after the first request of c+1 was sent (or, if a timer did
-//     the rollover, after the earliest moment c's deadline can have passed).
+//     one worker while another worker is planning c+1 may be missed by that
+//     plan (their writes touch different shared-data keys). Such a request
+//     was still in flight when the plan was made, so it was received after
+//     the first request of c+1 was sent (or, if a tick made the plan, after
+//     the earliest moment c's window can have ended).
 //     The prediction lets each client's demand drop by up to its number of
 //     such requests, and by nothing else. The clients stay under 32 requests
 //     per cycle, below which the engine writes every attempt to shared data
 //     at once, so no other attempt can be missing (a cycle that a stall
 //     pushed past that bound is logged and not checked).
-//   - When the boundary happened. The engine scales a cycle's demand by
-//     cycle/elapsed (elapsed >= cycle for a deadline rollover, which happens
-//     at the first request after the deadline). Elapsed is bounded by the
-//     requests around both boundaries: from the last send labelled c-1 to the
-//     first receive labelled c+1. The prediction ranges over that interval.
+//   - When the boundary happened. The prediction also scales c's demand by
+//     cycle/elapsed, for every elapsed from one cycle up to the time
+//     between the requests around both boundaries (from the last send
+//     labelled c-1 to the first receive labelled c+1).
 //
 // A transition with no straddlers and a scale that does not change the
 // result has exactly one prediction, engine.Allocate of the raw counts.
@@ -133,7 +132,7 @@ func testBorrowing(t *testing.T, workers int) {
 			continue
 		}
 		// Past 32 attempts on one worker the engine writes demand back in
-		// batches, and a rollover may miss a batch; the rates keep cycles
+		// batches, and a plan may miss a batch; the rates keep cycles
 		// far below that, but a long stall could push one over.
 		if slices.Max(cur.demand) >= writeThroughLimit {
 			t.Logf("cycle %d: demand %v is past the write-through bound; not checked", cyc, cur.demand)
@@ -220,8 +219,8 @@ func observeCycles(t *testing.T, tg *target, ids []string, rs []result) map[uint
 // predictShares returns every share vector the seed policy can give for
 // cycle cur's demand, within the tolerances explained on the test.
 func predictShares(capacity int64, reservation float64, cycle time.Duration, prev, cur, next *cycleObs) [][]int64 {
-	// The rollover to next happened after the first send labelled next (the
-	// request that triggered it) or at the latest after cur's deadline,
+	// The plan of next was made after the first send labelled next (the
+	// request that triggered it) or at the latest after cur's window ended,
 	// which is at least one cycle after the last send labelled prev.
 	earliest := next.minSend
 	if alt := prev.maxSend.Add(cycle); alt.Before(earliest) {

@@ -139,6 +139,7 @@ func eachConcurrency(t *testing.T, test func(t *testing.T, workers int)) {
 // loadTarget starts Envoy with cfg and debug headers, which the checks
 // read, on the given number of workers.
 func loadTarget(t *testing.T, workers int, cfg map[string]any) *target {
+	t.Helper()
 	cfg["debug_headers"] = true
 	return configuredTarget(t, cfg, startOpts{concurrency: workers})
 }

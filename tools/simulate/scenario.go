@@ -22,7 +22,7 @@ import (
 var shipped embed.FS
 
 // Scenario is one simulation input. Every field maps to a YAML/JSON key of
-// the same name in snake_case; README-section.md documents them.
+// the same name in snake_case; README.md in this folder documents them.
 type Scenario struct {
 	Name        string   `yaml:"name"`
 	Description string   `yaml:"description"`
@@ -42,7 +42,7 @@ type Scenario struct {
 	Seed        uint64   `yaml:"seed"`
 	// Preregister registers every client that sends from cycle 1 at t=0, so
 	// the first cycle already splits capacity between all of them, as in the
-	// product description's worked example. Default true.
+	// worked example (scenarios/worked-example.yaml). Default true.
 	Preregister *bool        `yaml:"preregister"`
 	Metrics     MetricsSpec  `yaml:"metrics"`
 	Clients     []ClientSpec `yaml:"clients"`

@@ -15,10 +15,10 @@ import (
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
-// workedExampleTable is the table of algorithm.md's worked example. The one
-// difference: the notes give the cycle-3 demand total as 75, but the column
-// they list (0, 15, 50, 5) sums to 70, and 5 for D is what yields the
-// cycle-4 sizes 1/12/22/5 (10 would give 1/11/18/10).
+// workedExampleTable is the seed policy's worked example, worked out by
+// hand: capacity 40, four clients, reservation 0.1. Cycle 3's demand
+// (0, 15, 50, 5) totals 70; D's 5 is what yields the cycle-4 sizes
+// 1/12/22/5 (10 would give 1/11/18/10).
 const workedExampleTable = `| Client | Cycle 1 size | Demand | Cycle 2 size | Demand | Cycle 3 size | Demand | Cycle 4 size |
 |---|---|---|---|---|---|---|---|
 | A | 10 | 2 | 5 | 3 | 3 | 0 | 1 |
@@ -231,10 +231,10 @@ clients:
 	}
 }
 
-// A window is wall time, not an engine cycle: admissions decided in two
-// engine cycles that fall in one aligned window add up. This builds the
-// Result by hand, as an engine that restarts the count at an early
-// rollover would leave it, so the check is tested on its own.
+// A window is wall time, not a share period: admissions decided under two
+// plans that fall in one aligned window add up. This builds the Result by
+// hand, as an engine that restarted the window's count at a re-plan would
+// leave it, so the check is tested on its own.
 func TestWindowCountsAcrossEngineCycles(t *testing.T) {
 	sc := &Scenario{Capacity: 10, Cycles: 1}
 	res := &Result{Scenario: sc, Cap: capcheck.New(sc.Capacity)}
@@ -297,7 +297,7 @@ func TestShippedScenariosRun(t *testing.T) {
 // scenario and both policies: no aligned wall window admits more than C,
 // and no client more than its share in a share period. The scenarios with
 // newcomers (churn, spoofing-flood, returning-clients) are the ones an
-// engine that starts a fresh capacity at each early rollover fails.
+// engine that gave each re-plan a fresh capacity would fail.
 func TestShippedScenariosKeepTheCap(t *testing.T) {
 	all, err := ShippedScenarios()
 	if err != nil {

@@ -235,8 +235,8 @@ func TestPluginBorrowingMatchesAllocate(t *testing.T) {
 }
 
 // registerAll sends one request per client per second until each has been
-// admitted once, then waits out the cycle that registration ended early, so
-// the next cycle is a full one starting now.
+// admitted once, then waits out the window that registration re-planned, so
+// the next window is a full one starting now.
 func registerAll(t *testing.T, h *Host, clients []string) {
 	t.Helper()
 	admitted := map[string]bool{}
@@ -266,7 +266,7 @@ func registerAll(t *testing.T, h *Host, clients []string) {
 }
 
 // finishCycle lets the workers flush their counts with a tick, then moves
-// to the cycle's deadline and ticks again, which rolls it over.
+// to the window's end and ticks again, which plans the next window.
 func finishCycle(t *testing.T, h *Host, untilDeadline time.Duration) {
 	t.Helper()
 	for _, d := range []time.Duration{untilDeadline - 500*time.Millisecond, 500 * time.Millisecond} {
