@@ -37,8 +37,8 @@ type Result struct {
 	Groups   []string // display name of each client spec
 	Members  []member
 	// Share[k][i] is member i's share at the start of cycle k+1, under the
-	// plan of the window starting then; −1 when it is not registered. It has Cycles+1
-	// rows: the last is the share the run's demand leads to.
+	// plan of the window starting then; −1 when it is not registered. It
+	// has Cycles+1 rows: the last is the share the run's demand leads to.
 	Share [][]int64
 	// Registered[k] is how many clients cycle k+1 started with.
 	Registered []int
