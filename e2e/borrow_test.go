@@ -1,11 +1,10 @@
 package e2e
 
 import (
-	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,43 +25,28 @@ type phase struct {
 // pace has each client send at its rate, on two connections (so two
 // workers may share the client), phase after phase.
 func pace(tg *target, ids []string, phases []phase) []result {
-	var (
-		mu  sync.Mutex
-		out []result
-		wg  sync.WaitGroup
-	)
 	const conns = 2
 	start := time.Now()
-	for i, id := range ids {
-		for k := 0; k < conns; k++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := newClient()
-				phaseStart := start
-				for _, p := range phases {
-					interval := time.Duration(float64(conns) * float64(time.Second) / p.rates[i])
-					next := phaseStart.Add(time.Duration(k) * interval / conns)
-					end := phaseStart.Add(p.d)
-					for ; next.Before(end); next = next.Add(interval) {
-						// A goroutine that fell behind (a stalled machine)
-						// skips its missed slots instead of bursting them.
-						if late := time.Since(next); late > interval {
-							next = next.Add(late.Truncate(interval))
-						}
-						time.Sleep(time.Until(next))
-						r := tg.get(c, id)
-						mu.Lock()
-						out = append(out, r)
-						mu.Unlock()
-					}
-					phaseStart = end
+	return fanOut(slices.Repeat([]int{conns}, len(ids)), func(i, k int, c *http.Client) []result {
+		var mine []result
+		phaseStart := start
+		for _, p := range phases {
+			interval := time.Duration(float64(conns) * float64(time.Second) / p.rates[i])
+			next := phaseStart.Add(time.Duration(k) * interval / conns)
+			end := phaseStart.Add(p.d)
+			for ; next.Before(end); next = next.Add(interval) {
+				// A goroutine that fell behind (a stalled machine) skips
+				// its missed slots instead of bursting them.
+				if late := time.Since(next); late > interval {
+					next = next.Add(late.Truncate(interval))
 				}
-			}()
+				time.Sleep(time.Until(next))
+				mine = append(mine, tg.get(c, ids[i]))
+			}
+			phaseStart = end
 		}
-	}
-	wg.Wait()
-	return out
+		return mine
+	})
 }
 
 // cycleObs is what the clients saw of one cycle.
@@ -85,31 +69,24 @@ type cycleObs struct {
 // the test tolerates exactly those:
 //
 //   - Requests that straddle the boundary. A request counted in cycle c by
-//     one worker while another worker is rolling over to c+1 may be missed
-//     by that rollover (their writes touch different shared-data keys). Such
-//     a request was still in flight when the rollover happened, so it was
-//     received after the first request of c+1 was sent (or, if a timer did
-//     the rollover, after the earliest moment c's deadline can have passed).
+//     one worker while another worker is planning c+1 may be missed by that
+//     plan (their writes touch different shared-data keys). Such a request
+//     was still in flight when the plan was made, so it was received after
+//     the first request of c+1 was sent (or, if a tick made the plan, after
+//     the earliest moment c's window can have ended).
 //     The prediction lets each client's demand drop by up to its number of
 //     such requests, and by nothing else. The clients stay under 32 requests
 //     per cycle, below which the engine writes every attempt to shared data
 //     at once, so no other attempt can be missing (a cycle that a stall
 //     pushed past that bound is logged and not checked).
-//   - When the boundary happened. The engine scales a cycle's demand by
-//     cycle/elapsed (elapsed >= cycle for a deadline rollover, which happens
-//     at the first request after the deadline). Elapsed is bounded by the
-//     requests around both boundaries: from the last send labelled c-1 to the
-//     first receive labelled c+1. The prediction ranges over that interval.
+//   - When the boundary happened. The prediction also scales c's demand by
+//     cycle/elapsed, for every elapsed from one cycle up to the time
+//     between the requests around both boundaries (from the last send
+//     labelled c-1 to the first receive labelled c+1).
 //
 // A transition with no straddlers and a scale that does not change the
 // result has exactly one prediction, engine.Allocate of the raw counts.
-func TestBorrowingFollowsAllocate(t *testing.T) {
-	for _, workers := range []int{2, 4} {
-		t.Run(fmt.Sprintf("concurrency=%d", workers), func(t *testing.T) {
-			testBorrowing(t, workers)
-		})
-	}
-}
+func TestBorrowingFollowsAllocate(t *testing.T) { eachConcurrency(t, testBorrowing) }
 
 func testBorrowing(t *testing.T, workers int) {
 	const (
@@ -117,12 +94,11 @@ func testBorrowing(t *testing.T, workers int) {
 		reservation = 0.1
 		cycle       = time.Second
 	)
-	tg := configuredTarget(t, map[string]any{
-		"capacity":      capacity,
-		"cycle":         cycle.String(),
-		"reservation":   reservation,
-		"debug_headers": true,
-	}, startOpts{concurrency: workers})
+	tg := loadTarget(t, workers, map[string]any{
+		"capacity":    capacity,
+		"cycle":       cycle.String(),
+		"reservation": reservation,
+	})
 
 	// Registered in this order, which is the order engine.Allocate gets.
 	ids := []string{"light", "medium", "heavy"}
@@ -156,7 +132,7 @@ func testBorrowing(t *testing.T, workers int) {
 			continue
 		}
 		// Past 32 attempts on one worker the engine writes demand back in
-		// batches, and a rollover may miss a batch; the rates keep cycles
+		// batches, and a plan may miss a batch; the rates keep cycles
 		// far below that, but a long stall could push one over.
 		if slices.Max(cur.demand) >= writeThroughLimit {
 			t.Logf("cycle %d: demand %v is past the write-through bound; not checked", cyc, cur.demand)
@@ -243,8 +219,8 @@ func observeCycles(t *testing.T, tg *target, ids []string, rs []result) map[uint
 // predictShares returns every share vector the seed policy can give for
 // cycle cur's demand, within the tolerances explained on the test.
 func predictShares(capacity int64, reservation float64, cycle time.Duration, prev, cur, next *cycleObs) [][]int64 {
-	// The rollover to next happened after the first send labelled next (the
-	// request that triggered it) or at the latest after cur's deadline,
+	// The plan of next was made after the first send labelled next (the
+	// request that triggered it) or at the latest after cur's window ended,
 	// which is at least one cycle after the last send labelled prev.
 	earliest := next.minSend
 	if alt := prev.maxSend.Add(cycle); alt.Before(earliest) {

@@ -3,9 +3,11 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,38 +15,47 @@ import (
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
-// hammer has every client send as fast as it can on conns connections each,
-// for d or until maxRequests responses in all, and returns the responses.
-func hammer(tg *target, ids []string, conns int, d time.Duration, maxRequests int) []result {
+// fanOut runs send on conns[i] connections for sender i, all at once,
+// each connection with its own client (so Envoy may spread a sender over
+// its workers), and returns every result the sends returned.
+func fanOut(conns []int, send func(i, k int, c *http.Client) []result) []result {
 	var (
-		mu   sync.Mutex
-		out  []result
-		wg   sync.WaitGroup
-		stop = time.Now().Add(d)
+		mu  sync.Mutex
+		out []result
+		wg  sync.WaitGroup
 	)
-	for _, id := range ids {
-		for k := 0; k < conns; k++ {
+	for i, n := range conns {
+		for k := range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := newClient()
-				for time.Now().Before(stop) {
-					r := slim(tg.get(c, id))
-					mu.Lock()
-					full := len(out) >= maxRequests
-					if !full {
-						out = append(out, r)
-					}
-					mu.Unlock()
-					if full || r.err != nil {
-						return
-					}
-				}
+				mine := send(i, k, newClient())
+				mu.Lock()
+				out = append(out, mine...)
+				mu.Unlock()
 			}()
 		}
 	}
 	wg.Wait()
 	return out
+}
+
+// hammer has every client send as fast as it can on conns connections each,
+// for d or until maxRequests responses in all, and returns the responses.
+func hammer(tg *target, ids []string, conns int, d time.Duration, maxRequests int) []result {
+	stop := time.Now().Add(d)
+	var sent atomic.Int64
+	return fanOut(slices.Repeat([]int{conns}, len(ids)), func(i, _ int, c *http.Client) []result {
+		var mine []result
+		for time.Now().Before(stop) && sent.Add(1) <= int64(maxRequests) {
+			r := slim(tg.get(c, ids[i]))
+			mine = append(mine, r)
+			if r.err != nil {
+				break
+			}
+		}
+		return mine
+	})
 }
 
 // slim keeps only what the cap check reads, so that a long run stays
@@ -117,17 +128,54 @@ func (l windowLedger) report(t *testing.T) (worst, worstBeyondEdge float64) {
 	return worst, worstBeyondEdge
 }
 
+// eachConcurrency runs test once for each number of Envoy workers the
+// load tests spread their clients over.
+func eachConcurrency(t *testing.T, test func(t *testing.T, workers int)) {
+	for _, workers := range []int{2, 4} {
+		t.Run(fmt.Sprintf("concurrency=%d", workers), func(t *testing.T) { test(t, workers) })
+	}
+}
+
+// loadTarget starts Envoy with cfg and debug headers, which the checks
+// read, on the given number of workers.
+func loadTarget(t *testing.T, workers int, cfg map[string]any) *target {
+	t.Helper()
+	cfg["debug_headers"] = true
+	return configuredTarget(t, cfg, startOpts{concurrency: workers})
+}
+
+// checkLoad holds the responses of a load to the capacity promise: a failed
+// request ends the test, every admission goes to a window ledger, which is
+// checked and reported, and a rejection is counted by its reason, which
+// must be one of expected. It returns the count of each outcome ("allowed"
+// for admissions) and the ledger's report.
+func checkLoad(t *testing.T, s settings, rs []result, expected ...string) (outcomes map[string]int, worst, worstBeyondEdge float64) {
+	t.Helper()
+	l := newWindowLedger(s)
+	outcomes = map[string]int{}
+	for _, r := range rs {
+		switch {
+		case r.err != nil:
+			t.Fatalf("request failed: %v", r)
+		case r.status == 200:
+			l.admit(t, r)
+			outcomes["allowed"]++
+		case slices.Contains(expected, r.reason()):
+			outcomes[r.reason()]++
+		default:
+			t.Fatalf("unexpected response under load: %v", r)
+		}
+	}
+	l.Check(t)
+	worst, worstBeyondEdge = l.report(t)
+	return outcomes, worst, worstBeyondEdge
+}
+
 // TestCapHoldsAcrossWorkers: many connections per client, spread over
 // Envoy's workers, never get a client more than its share in a share
 // period, nor all clients together more than the capacity in an aligned
 // window.
-func TestCapHoldsAcrossWorkers(t *testing.T) {
-	for _, workers := range []int{2, 4} {
-		t.Run(fmt.Sprintf("concurrency=%d", workers), func(t *testing.T) {
-			testCap(t, workers)
-		})
-	}
-}
+func TestCapHoldsAcrossWorkers(t *testing.T) { eachConcurrency(t, testCap) }
 
 func testCap(t *testing.T, workers int) {
 	const (
@@ -135,11 +183,7 @@ func testCap(t *testing.T, workers int) {
 		capacity = 60
 		conns    = 4 // per client
 	)
-	tg := configuredTarget(t, map[string]any{
-		"capacity":      capacity,
-		"cycle":         "2s",
-		"debug_headers": true,
-	}, startOpts{concurrency: workers})
+	tg := loadTarget(t, workers, map[string]any{"capacity": capacity, "cycle": "2s"})
 	ids := make([]string, clients)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("cap-%d", i)
@@ -147,30 +191,15 @@ func testCap(t *testing.T, workers int) {
 	tg.registerAll(t, ids)
 
 	rs := hammer(tg, ids, conns, 7*time.Second, 150000)
-	l := newWindowLedger(tg.settings)
-	overLimit := 0
-	for _, r := range rs {
-		switch {
-		case r.err != nil:
-			t.Fatalf("request failed: %v", r)
-		case r.status == 200:
-			l.admit(t, r)
-		case r.reason() == "over_limit":
-			overLimit++
-		default:
-			// The clients were registered before the load, so nothing else
-			// is legitimate here (store_failure would mean the shared state
-			// failed under contention).
-			t.Fatalf("unexpected response under load: %v", r)
-		}
-	}
-	l.Check(t)
-	l.report(t)
+	// The clients were registered before the load, so only over_limit is
+	// legitimate among the rejections (store_failure would mean the shared
+	// state failed under contention).
+	outcomes, _, _ := checkLoad(t, tg.settings, rs, "over_limit")
 	// Without rejections the cap was never put to the test.
-	if overLimit == 0 {
+	if outcomes["over_limit"] == 0 {
 		t.Errorf("no client was ever over its share: the load (%d responses) did not test the cap", len(rs))
 	}
-	t.Logf("%d responses, %d admitted, %d over_limit", len(rs), l.Admitted(), overLimit)
+	t.Logf("%d responses, %d admitted, %d over_limit", len(rs), outcomes["allowed"], outcomes["over_limit"])
 }
 
 // sortedKeys returns numeric cycle ids in order (other strings after them).

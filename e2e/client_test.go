@@ -86,12 +86,12 @@ func (tg *target) get(c *http.Client, id string) result {
 }
 
 // register sends requests as id until one is not a pending rejection,
-// sleeping as retry-after says (a newcomer waits for the early rollover
-// that min_cycle allows). Before each attempt it sends one request from
-// every client in keep: the engine counts a cycle without demand as idle,
-// early-ended cycles included, so clients registered earlier would
-// otherwise be forgotten after idle_cycles registrations. It returns every
-// response of id, the last one not pending.
+// sleeping as retry-after says (a newcomer waits for the re-plan that
+// registers it, at most one per min_cycle). Before each attempt it sends
+// one request from every client in keep, so that clients registered
+// earlier are not forgotten as idle (idle_cycles windows without demand)
+// while later ones wait. It returns every response of id, the last one
+// not pending.
 func (tg *target) register(t *testing.T, c *http.Client, id string, keep ...string) []result {
 	t.Helper()
 	var out []result

@@ -37,9 +37,10 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The only client owns the whole capacity of each cycle (60 s, so the
-	// requests share one cycle unless the first one registered the client
-	// through a rollover), and every request beyond it would be rejected.
+	// The only client owns the whole capacity of each share period (60 s
+	// windows, so the requests fall in one or two of them, the first
+	// planned when the client registered), and every request beyond it
+	// would be rejected.
 	var wantOver int64
 	for _, n := range perCycle {
 		wantOver += max(0, n-capacity)

@@ -35,8 +35,9 @@ func exchange(t *testing.T, tg *target) map[string]int64 {
 		checkRejected(t, s, r, "pending")
 		seen["pending"]++
 	}
-	// Registration starts a new cycle (the first client, or an early
-	// rollover), so the whole share of this client lies ahead.
+	// Registration makes the plan that first counts this client (the first
+	// plan, or a re-plan of the running window), so none of the share it
+	// announces is used yet.
 	r := rs[len(rs)-1]
 	share := checkAllowed(t, s, r)
 	seen["allowed"]++

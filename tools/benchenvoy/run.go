@@ -317,45 +317,6 @@ func start(o Options, pl placement, v variant) (*instance, error) {
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// checkIsEnvoy makes sure pid runs the Envoy binary, so the CPU read from
-// its stat is Envoy's and not the wrapper's.
-func checkIsEnvoy(pid int, envoy string) error {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		return err
-	}
-	want, err := filepath.EvalSymlinks(envoy)
-	if err != nil {
-		return err
-	}
-	if exe != want {
-		return fmt.Errorf("pid %d runs %s, not %s", pid, exe, want)
-	}
-	return nil
-}
-
-// checkPinned makes sure every thread of pid may run on cpu only.
-func checkPinned(pid, cpu int) error {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		if err != nil {
-			return err
-		}
-		cpus, err := cpusAllowed(string(raw))
-		if err != nil {
-			return err
-		}
-		if len(cpus) != 1 || cpus[0] != cpu {
-			return fmt.Errorf("thread %s of Envoy may run on CPUs %v, want only %d", t.Name(), cpus, cpu)
-		}
-	}
-	return nil
-}
-
 // directResponse rewrites the ingress route of the shipped bootstrap to
 // answer by itself, with the same status and body size class as the demo
 // upstream, so nothing but the filter chain sits on the request path.
@@ -384,21 +345,7 @@ func directResponse(b *envoyrun.Bootstrap) (*envoyrun.Bootstrap, error) {
 // ingressRoute finds the first route of the ingress listener's first
 // virtual host in a generic bootstrap.
 func ingressRoute(root map[string]any) (map[string]any, error) {
-	asMap := func(v any, what string) (map[string]any, error) {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%s is %T, want a map", what, v)
-		}
-		return m, nil
-	}
-	first := func(v any, what string) (map[string]any, error) {
-		l, ok := v.([]any)
-		if !ok || len(l) == 0 {
-			return nil, fmt.Errorf("%s is not a non-empty list", what)
-		}
-		return asMap(l[0], what+"[0]")
-	}
-	sr, err := asMap(root["static_resources"], "static_resources")
+	sr, err := walk(root, "static_resources")
 	if err != nil {
 		return nil, err
 	}
@@ -408,29 +355,32 @@ func ingressRoute(root map[string]any) (map[string]any, error) {
 		if !ok || lm["name"] != envoyrun.IngressListener {
 			continue
 		}
-		chain, err := first(lm["filter_chains"], "filter_chains")
-		if err != nil {
-			return nil, err
-		}
-		hcm, err := first(chain["filters"], "filters")
-		if err != nil {
-			return nil, err
-		}
-		tc, err := asMap(hcm["typed_config"], "typed_config")
-		if err != nil {
-			return nil, err
-		}
-		rc, err := asMap(tc["route_config"], "route_config")
-		if err != nil {
-			return nil, err
-		}
-		vh, err := first(rc["virtual_hosts"], "virtual_hosts")
-		if err != nil {
-			return nil, err
-		}
-		return first(vh["routes"], "routes")
+		return walk(lm, "filter_chains[0]", "filters[0]", "typed_config", "route_config", "virtual_hosts[0]", "routes[0]")
 	}
 	return nil, fmt.Errorf("no listener named %q", envoyrun.IngressListener)
+}
+
+// walk follows keys down a generic YAML tree, each a map key or, with a
+// "[0]" suffix, the first element of the list under that key, and returns
+// the map it ends at, or an error naming the first step that is missing.
+func walk(m map[string]any, keys ...string) (map[string]any, error) {
+	for _, k := range keys {
+		name, first := strings.CutSuffix(k, "[0]")
+		v := m[name]
+		if first {
+			l, ok := v.([]any)
+			if !ok || len(l) == 0 {
+				return nil, fmt.Errorf("%s is not a non-empty list", name)
+			}
+			v = l[0]
+		}
+		next, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s is %T, want a map", k, v)
+		}
+		m = next
+	}
+	return m, nil
 }
 
 // settle sends requests for every client id until each answers as the

@@ -206,17 +206,13 @@ func PushLayouts(out string, refs []name.Reference, opts ...remote.Option) ([]Pu
 
 // readLayout returns the only image of the layout at dir.
 func readLayout(dir string) (v1.Image, error) {
-	p, err := layout.FromPath(dir)
+	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
-		return nil, err
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the layout at %s: %w", dir, err)
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the index of %s: %w", dir, err)
 	}
 	if len(m.Manifests) != 1 {
 		return nil, fmt.Errorf("%s holds %d images, want 1", dir, len(m.Manifests))

@@ -12,32 +12,32 @@ import (
 // reproducible and changing one client leaves the others' draws alone.
 type Arrival struct {
 	// Kind is one of constant, poisson, onoff, pareto_onoff, step, burst.
-	Kind string `yaml:"kind" json:"kind"`
+	Kind string `yaml:"kind"`
 	// Rate is the base rate: the constant rate, the Poisson mean, the rate
 	// while on, the rate before a step, the rate outside a burst.
-	Rate float64 `yaml:"rate" json:"rate"`
+	Rate float64 `yaml:"rate"`
 	// To is a step's rate from cycle At on.
-	To float64 `yaml:"to" json:"to"`
+	To float64 `yaml:"to"`
 	// At is the first cycle of a step or a burst.
-	At int `yaml:"at" json:"at"`
+	At int `yaml:"at"`
 	// Factor multiplies Rate during a burst of Length cycles.
-	Factor float64 `yaml:"factor" json:"factor"`
-	Length int     `yaml:"length" json:"length"`
+	Factor float64 `yaml:"factor"`
+	Length int     `yaml:"length"`
 	// On and Off are an on/off process's period lengths in cycles; Phase
 	// shifts it (cycles spent off before the first on period).
-	On    int `yaml:"on" json:"on"`
-	Off   int `yaml:"off" json:"off"`
-	Phase int `yaml:"phase" json:"phase"`
+	On    int `yaml:"on"`
+	Off   int `yaml:"off"`
+	Phase int `yaml:"phase"`
 	// Alpha, MeanOn and MeanOff shape a Pareto on/off process: period
 	// lengths (in cycles, rounded up) are Pareto with shape Alpha > 1 and
 	// these means. Heavy tails make the long bursts that defeat averaging.
-	Alpha   float64 `yaml:"alpha" json:"alpha"`
-	MeanOn  float64 `yaml:"mean_on" json:"mean_on"`
-	MeanOff float64 `yaml:"mean_off" json:"mean_off"`
+	Alpha   float64 `yaml:"alpha"`
+	MeanOn  float64 `yaml:"mean_on"`
+	MeanOff float64 `yaml:"mean_off"`
 	// Poisson draws each cycle's count from a Poisson distribution around
 	// the process's rate instead of rounding the rate. Kind poisson is
 	// constant with Poisson set.
-	Poisson bool `yaml:"poisson" json:"poisson"`
+	Poisson bool `yaml:"poisson"`
 }
 
 func (a *Arrival) validate() error {

@@ -51,12 +51,7 @@ func WriteCharts(dir string, res *Result) ([]string, error) {
 // hold for a whole cycle. The horizontal gap between the two is the
 // policy's lag.
 func sharesChart(res *Result) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s (%s): share (solid) and demand (dashed) per cycle", res.Scenario.Name, res.Policy)
-	p.X.Label.Text = "cycle"
-	p.X.Tick.Marker = cycleTicks(len(res.Demand))
-	p.Y.Label.Text = "requests per cycle"
-	p.Legend.Top = true
+	p := cycleChart(res, "share (solid) and demand (dashed)", "requests")
 	cycles := len(res.Demand)
 	shares := make([]plotter.XYs, len(res.Groups))
 	demands := make([]plotter.XYs, len(res.Groups))
@@ -85,6 +80,18 @@ func sharesChart(res *Result) (*plot.Plot, error) {
 	}
 	fitY(p, top)
 	return p, nil
+}
+
+// cycleChart is an empty chart of what per cycle of res, over whole cycles
+// on the X axis and unit per cycle on the Y axis, with the legend on top.
+func cycleChart(res *Result, what, unit string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s (%s): %s per cycle", res.Scenario.Name, res.Policy, what)
+	p.X.Label.Text = "cycle"
+	p.X.Tick.Marker = cycleTicks(len(res.Demand))
+	p.Y.Label.Text = unit + " per cycle"
+	p.Legend.Top = true
+	return p
 }
 
 func stepLine(xys plotter.XYs, colour int, dashes []vg.Length) (*plotter.Line, error) {
@@ -124,12 +131,7 @@ func fitY(p *plot.Plot, top float64) {
 // capacity as a line: admitted bars under the line with red above them
 // are capacity that was there and turned requests away.
 func admittedChart(res *Result) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s (%s): admitted and rejected per cycle", res.Scenario.Name, res.Policy)
-	p.X.Label.Text = "cycle"
-	p.X.Tick.Marker = cycleTicks(len(res.Demand))
-	p.Y.Label.Text = "attempts per cycle"
-	p.Legend.Top = true
+	p := cycleChart(res, "admitted and rejected", "attempts")
 	cycles := len(res.Demand)
 	admitted := make(plotter.Values, cycles)
 	rejected := make(plotter.Values, cycles)

@@ -3,9 +3,10 @@
 //
 // It runs the code the plugin runs: engine.Limiters (one per simulated Envoy
 // worker) over one engine.MemStore. Each cycle's requests are spread over
-// the cycle at deterministic times, every worker ticks at each cycle's
-// deadline so rollovers happen on time, and random arrival processes draw
-// from seeded generators, so a run is reproducible bit for bit.
+// the cycle at deterministic times, every worker ticks at each window
+// boundary so a new window's plan is made on time, and random arrival
+// processes draw from seeded generators, so a run is reproducible bit for
+// bit.
 //
 // Usage:
 //
@@ -14,8 +15,8 @@
 //	go run ./tools/simulate -list
 //
 // It prints the per-cycle table (share, demand and admitted per client),
-// then the metrics of algorithm.md; with -out it also writes SVG and PNG
-// charts. README-section.md documents flags, scenario format and metrics.
+// then the run's metrics; with -out it also writes SVG and PNG charts.
+// README.md in this folder documents flags, scenario format and metrics.
 package main
 
 import (
@@ -47,7 +48,7 @@ func main() {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.StringVar(&o.scenario, "scenario", "", "scenario `file` (YAML, or JSON by .json extension), or a shipped scenario's name")
+	fs.StringVar(&o.scenario, "scenario", "", "scenario `file` (YAML or JSON), or a shipped scenario's name")
 	fs.BoolVar(&o.all, "all", false, "run every shipped scenario and print a summary table")
 	fs.BoolVar(&o.list, "list", false, "list the shipped scenarios")
 	fs.StringVar(&o.policy, "policy", "", "seed, static, or compare (both, metrics side by side); default seed, or compare with -all")

@@ -7,7 +7,9 @@ import (
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
-// Metrics are the simulation metrics of algorithm.md, for one run. A value
+// Metrics judge one run: the capacity promise (per window and per share),
+// then how fully and how fairly capacity went to the clients; README.md in
+// this folder defines each. A value
 // that does not apply to the run (no light client, no step) is NaN, printed
 // as "n/a"; Convergence is −1 when allocations never settle.
 type Metrics struct {
@@ -31,8 +33,9 @@ type Metrics struct {
 	StepDistance float64
 	// Amplification is attempts per new request: what retries add.
 	Amplification float64
-	Rollovers     int
-	Early         int
+	// Plans made, of which Replans re-planned a window for newcomers.
+	Plans   int
+	Replans int
 }
 
 // convergenceTolerance is "within 5% of max-min".
@@ -53,8 +56,8 @@ func Compute(res, inflated *Result) Metrics {
 		Convergence:      -1,
 		StepCycle:        stepCycle(res.Scenario),
 		Amplification:    ratio(sum2(res.Demand), sum2(res.Fresh)),
-		Rollovers:        res.Rollovers,
-		Early:            res.EarlyRollovers,
+		Plans:            res.Plans,
+		Replans:          res.Replans,
 	}
 	if inflated != nil {
 		m.InflationGain = inflationGain(res, inflated, res.Scenario.Metrics.Inflate)

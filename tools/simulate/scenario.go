@@ -3,13 +3,11 @@ package main
 import (
 	"bytes"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -24,30 +22,30 @@ import (
 var shipped embed.FS
 
 // Scenario is one simulation input. Every field maps to a YAML/JSON key of
-// the same name in snake_case; README-section.md documents them.
+// the same name in snake_case; README.md in this folder documents them.
 type Scenario struct {
-	Name        string   `yaml:"name" json:"name"`
-	Description string   `yaml:"description" json:"description"`
-	Capacity    int64    `yaml:"capacity" json:"capacity"`
-	Cycle       Duration `yaml:"cycle" json:"cycle"`
+	Name        string   `yaml:"name"`
+	Description string   `yaml:"description"`
+	Capacity    int64    `yaml:"capacity"`
+	Cycle       Duration `yaml:"cycle"`
 	// Reservation is a pointer so that an explicit 0 differs from "use the
 	// engine default".
-	Reservation *float64 `yaml:"reservation" json:"reservation"`
-	MinCycle    Duration `yaml:"min_cycle" json:"min_cycle"`
-	IdleCycles  int      `yaml:"idle_cycles" json:"idle_cycles"`
-	MaxClients  int      `yaml:"max_clients" json:"max_clients"`
-	Passthrough bool     `yaml:"passthrough" json:"passthrough"`
-	Workers     int      `yaml:"workers" json:"workers"`
-	Spread      string   `yaml:"spread" json:"spread"`
-	Tick        Duration `yaml:"tick" json:"tick"`
-	Cycles      int      `yaml:"cycles" json:"cycles"`
-	Seed        uint64   `yaml:"seed" json:"seed"`
+	Reservation *float64 `yaml:"reservation"`
+	MinCycle    Duration `yaml:"min_cycle"`
+	IdleCycles  int      `yaml:"idle_cycles"`
+	MaxClients  int      `yaml:"max_clients"`
+	Passthrough bool     `yaml:"passthrough"`
+	Workers     int      `yaml:"workers"`
+	Spread      string   `yaml:"spread"`
+	Tick        Duration `yaml:"tick"`
+	Cycles      int      `yaml:"cycles"`
+	Seed        uint64   `yaml:"seed"`
 	// Preregister registers every client that sends from cycle 1 at t=0, so
 	// the first cycle already splits capacity between all of them, as in the
-	// product description's worked example. Default true.
-	Preregister *bool        `yaml:"preregister" json:"preregister"`
-	Metrics     MetricsSpec  `yaml:"metrics" json:"metrics"`
-	Clients     []ClientSpec `yaml:"clients" json:"clients"`
+	// worked example (scenarios/worked-example.yaml). Default true.
+	Preregister *bool        `yaml:"preregister"`
+	Metrics     MetricsSpec  `yaml:"metrics"`
+	Clients     []ClientSpec `yaml:"clients"`
 }
 
 // MetricsSpec parameterises the metrics that need more than one run or a
@@ -55,48 +53,48 @@ type Scenario struct {
 type MetricsSpec struct {
 	// Inflate names the client (or group) whose demand is multiplied by
 	// Factor in a second run, to measure the gain from inflating demand.
-	Inflate string  `yaml:"inflate" json:"inflate"`
-	Factor  float64 `yaml:"factor" json:"factor"`
+	Inflate string  `yaml:"inflate"`
+	Factor  float64 `yaml:"factor"`
 	// Step is the cycle at which demand steps, for convergence. 0 takes the
 	// first step or burst arrival's start.
-	Step int `yaml:"step" json:"step"`
+	Step int `yaml:"step"`
 }
 
 // ClientSpec is one client, or a group of Count identical clients named
 // name-1 … name-Count that tables and charts show as one row.
 type ClientSpec struct {
-	Name    string   `yaml:"name" json:"name"`
-	Count   int      `yaml:"count" json:"count"`
-	Demand  []int64  `yaml:"demand" json:"demand"`
-	Arrival *Arrival `yaml:"arrival" json:"arrival"`
+	Name    string   `yaml:"name"`
+	Count   int      `yaml:"count"`
+	Demand  []int64  `yaml:"demand"`
+	Arrival *Arrival `yaml:"arrival"`
 	// Join is the first cycle the client sends in (default 1); Leave the
 	// first cycle it no longer sends in (0: never).
-	Join  int `yaml:"join" json:"join"`
-	Leave int `yaml:"leave" json:"leave"`
+	Join  int `yaml:"join"`
+	Leave int `yaml:"leave"`
 	// JoinRate spreads a group's members over cycles as Poisson arrivals
 	// with this mean per cycle (from Join on); Lifetime is then how many
 	// cycles each member sends for (0: until Leave).
-	JoinRate float64 `yaml:"join_rate" json:"join_rate"`
-	Lifetime int     `yaml:"lifetime" json:"lifetime"`
+	JoinRate float64 `yaml:"join_rate"`
+	Lifetime int     `yaml:"lifetime"`
 	// JoinMode says how a client that joins after cycle 1 becomes known:
 	// "request" (default) through the engine's newcomer path on its first
 	// request, or "register" at the start of its first cycle.
-	JoinMode string `yaml:"join_mode" json:"join_mode"`
-	Retry    Retry  `yaml:"retry" json:"retry"`
+	JoinMode string `yaml:"join_mode"`
+	Retry    Retry  `yaml:"retry"`
 	// Adversary marks clients that attack the limiter (spoofed ids): the
 	// fairness metrics are about the honest clients, so these are left out
 	// of the max-min target and of light-client rejection.
-	Adversary bool `yaml:"adversary" json:"adversary"`
+	Adversary bool `yaml:"adversary"`
 }
 
 // Retry is what a client does with a 429.
 type Retry struct {
 	// Max is how many times one request is retried after 429s.
-	Max int `yaml:"max" json:"max"`
+	Max int `yaml:"max"`
 	// Delay is the wait before each retry (default 100ms).
-	Delay Duration `yaml:"delay" json:"delay"`
+	Delay Duration `yaml:"delay"`
 	// HonorRetryAfter waits at least the Retry-After the engine gives.
-	HonorRetryAfter bool `yaml:"honor_retry_after" json:"honor_retry_after"`
+	HonorRetryAfter bool `yaml:"honor_retry_after"`
 }
 
 // Duration is a time.Duration written as "10s" in YAML and JSON.
@@ -107,15 +105,6 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
 		return err
-	}
-	return d.parse(s)
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"10s\": %w", err)
 	}
 	return d.parse(s)
 }
@@ -141,7 +130,7 @@ func LoadScenario(ref string) (*Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := ParseScenario(data, filepath.Ext(name) == ".json")
+	sc, err := ParseScenario(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
@@ -166,23 +155,16 @@ func ShippedScenarios() ([]*Scenario, error) {
 	return out, nil
 }
 
-// ParseScenario decodes a scenario, rejecting unknown keys (a misspelt key
-// silently ignored would make a scenario test something else), then fills
-// defaults and validates it.
-func ParseScenario(data []byte, isJSON bool) (*Scenario, error) {
+// ParseScenario decodes a scenario from YAML or JSON (JSON is YAML's flow
+// style, so one decoder and one set of keys serve both), rejecting unknown
+// keys (a misspelt key silently ignored would make a scenario test
+// something else), then fills defaults and validates it.
+func ParseScenario(data []byte) (*Scenario, error) {
 	var sc Scenario
-	if isJSON {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&sc); err != nil {
-			return nil, err
-		}
-	} else {
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&sc); err != nil {
-			return nil, err
-		}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&sc); err != nil {
+		return nil, err
 	}
 	sc.fillDefaults()
 	if err := sc.validate(); err != nil {

@@ -36,20 +36,21 @@ type Result struct {
 	Policy   string
 	Groups   []string // display name of each client spec
 	Members  []member
-	// Share[k][i] is member i's share at the start of cycle k+1, after the
-	// rollover due then; −1 when it is not registered. It has Cycles+1
-	// rows: the last is the share the run's demand leads to.
+	// Share[k][i] is member i's share at the start of cycle k+1, under the
+	// plan of the window starting then; −1 when it is not registered. It
+	// has Cycles+1 rows: the last is the share the run's demand leads to.
 	Share [][]int64
 	// Registered[k] is how many clients cycle k+1 started with.
 	Registered []int
 	// Demand counts attempts (retries included) per cycle and member,
 	// Fresh only first attempts; Admitted and Rejected split Demand.
 	Demand, Fresh, Admitted, Rejected [][]int64
-	// Rollovers observed, and how many of them ended a cycle early;
-	// CycleRollovers[k] those observed during grid cycle k+1 (the on-time
-	// rollover at its start included).
-	Rollovers, EarlyRollovers int
-	CycleRollovers            []int
+	// Plans observed (one per window, plus a re-plan of the running window
+	// for newcomers), and how many of them were re-plans; CyclePlans[k]
+	// those observed during grid cycle k+1 (the plan of its window
+	// included).
+	Plans, Replans int
+	CyclePlans     []int
 	// Cap is every admission, attributed to the aligned wall-clock window
 	// of its time and to the share period (engine cycle) that decided it:
 	// it counts window violations (a window admitted more than the
@@ -244,19 +245,19 @@ func newRunner(sc *Scenario, policy engine.Policy, inflate string, factor float6
 	}
 	n, cycles := len(members), sc.Cycles
 	r.res = &Result{
-		Scenario:       sc,
-		Policy:         cfg.Policy.Name(),
-		Groups:         groups,
-		Members:        members,
-		Share:          grid(cycles+1, n),
-		Registered:     make([]int, cycles+1),
-		CycleRollovers: make([]int, cycles+1),
-		Demand:         grid(cycles, n),
-		Fresh:          grid(cycles, n),
-		Admitted:       grid(cycles, n),
-		Rejected:       grid(cycles, n),
-		Cap:            capcheck.New(sc.Capacity),
-		Reasons:        map[string]int64{},
+		Scenario:   sc,
+		Policy:     cfg.Policy.Name(),
+		Groups:     groups,
+		Members:    members,
+		Share:      grid(cycles+1, n),
+		Registered: make([]int, cycles+1),
+		CyclePlans: make([]int, cycles+1),
+		Demand:     grid(cycles, n),
+		Fresh:      grid(cycles, n),
+		Admitted:   grid(cycles, n),
+		Rejected:   grid(cycles, n),
+		Cap:        capcheck.New(sc.Capacity),
+		Reasons:    map[string]int64{},
 	}
 	return r, nil
 }
@@ -293,9 +294,9 @@ func (r *runner) run() error {
 }
 
 // boundary starts grid cycle k: clients joining now by registration are
-// registered first, in the same rollover that ends the previous cycle (a
-// tick first would roll over without them and leave them pending), then
-// every worker ticks, which rolls the cycle over exactly on time.
+// registered first, so that the plan of the window starting now counts them
+// (a tick first would plan without them and leave them pending), then every
+// worker ticks, which plans the window exactly at its start.
 func (r *runner) boundary(k int) error {
 	t := r.start(k)
 	r.advanceTo(t, false)
@@ -316,15 +317,15 @@ func (r *runner) boundary(k int) error {
 	return nil
 }
 
-// advanceTo ticks every worker at each cycle deadline before t (or at t,
-// when inclusive), so that cycles that started off the grid (early
-// rollovers) still end on time rather than at the next request.
+// advanceTo ticks every worker at each window end before t (or at t, when
+// inclusive), so that every window is planned when it starts rather than
+// at its first request.
 func (r *runner) advanceTo(t time.Time, inclusive bool) {
 	for r.cur.Cycle > 0 && (r.cur.Deadline.Before(t) || (inclusive && r.cur.Deadline.Equal(t))) {
 		before := r.cur.Cycle
 		r.tickAll(r.cur.Deadline)
 		if r.cur.Cycle == before {
-			return // nothing to roll over (no clients left)
+			return // nothing to plan (no clients left)
 		}
 	}
 }
@@ -337,18 +338,18 @@ func (r *runner) tickAll(t time.Time) {
 	}
 }
 
-// observe adopts worker w's view of the cycle when it is newer than what we
-// have seen, counting the rollovers in between.
+// observe adopts worker w's plan when it is newer than what we have seen,
+// counting the plans in between.
 func (r *runner) observe(w int) {
 	s := r.lims[w].Snapshot()
 	if s.Cycle <= r.cur.Cycle {
 		return
 	}
 	if r.cur.Cycle > 0 {
-		r.res.Rollovers += int(s.Cycle - r.cur.Cycle)
-		r.res.CycleRollovers[r.period-1] += int(s.Cycle - r.cur.Cycle)
-		if s.Early {
-			r.res.EarlyRollovers++
+		r.res.Plans += int(s.Cycle - r.cur.Cycle)
+		r.res.CyclePlans[r.period-1] += int(s.Cycle - r.cur.Cycle)
+		if s.Early { // the plan is a re-plan of its window
+			r.res.Replans++
 		}
 	}
 	r.cur = s
@@ -422,8 +423,8 @@ func (r *runner) handle(ev event) {
 }
 
 // count books an admitted request twice: against the aligned wall window
-// of its time, which is what the capacity promises, however many engine
-// cycles early rollovers fit into it; and against the engine cycle that
+// of its time, which is what the capacity promises, however many plans
+// (share periods) re-plans fit into it; and against the plan that
 // announced the client's share. Requests admitted without a share
 // (passthrough, store failures) count in their window only.
 func (r *runner) count(at time.Time, d engine.Decision, member int) {

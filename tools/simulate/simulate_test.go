@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,10 +15,10 @@ import (
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
-// workedExampleTable is the table of algorithm.md's worked example. The one
-// difference: the notes give the cycle-3 demand total as 75, but the column
-// they list (0, 15, 50, 5) sums to 70, and 5 for D is what yields the
-// cycle-4 sizes 1/12/22/5 (10 would give 1/11/18/10).
+// workedExampleTable is the seed policy's worked example, worked out by
+// hand: capacity 40, four clients, reservation 0.1. Cycle 3's demand
+// (0, 15, 50, 5) totals 70; D's 5 is what yields the cycle-4 sizes
+// 1/12/22/5 (10 would give 1/11/18/10).
 const workedExampleTable = `| Client | Cycle 1 size | Demand | Cycle 2 size | Demand | Cycle 3 size | Demand | Cycle 4 size |
 |---|---|---|---|---|---|---|---|
 | A | 10 | 2 | 5 | 3 | 3 | 0 | 1 |
@@ -38,11 +39,18 @@ func mustLoad(t *testing.T, ref string) *Scenario {
 
 func mustParse(t *testing.T, yml string) *Scenario {
 	t.Helper()
-	sc, err := ParseScenario([]byte(yml), false)
+	sc, err := ParseScenario([]byte(yml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sc
+}
+
+// parse10s parses a scenario of 10 s cycles from its name, capacity and
+// number of cycles and the rest of its YAML: the clients and any other key.
+func parse10s(t *testing.T, name string, capacity, cycles int, rest string) *Scenario {
+	t.Helper()
+	return mustParse(t, fmt.Sprintf("name: %s\ncapacity: %d\ncycle: 10s\ncycles: %d\n%s", name, capacity, cycles, rest))
 }
 
 func mustRun(t *testing.T, sc *Scenario, policy engine.Policy) *Result {
@@ -153,11 +161,7 @@ func TestMetricsTwoClientsStatic(t *testing.T) {
 // from its cycle-1 demand, so 2 of its 4 are rejected: 2 of 6 light
 // attempts overall.
 func TestLightRejectionSeedLag(t *testing.T) {
-	sc := mustParse(t, `
-name: lag
-capacity: 10
-cycle: 10s
-cycles: 2
+	sc := parse10s(t, "lag", 10, 2, `
 clients:
   - {name: A, demand: [2, 4]}
   - {name: B, demand: [12, 12]}
@@ -174,11 +178,7 @@ clients:
 // Two deficit clients: doubling B's demand moves the proportional loan
 // towards B (14 → 16 in cycle 2, 15 of them useful). Static gives nothing.
 func TestInflationGain(t *testing.T) {
-	sc := mustParse(t, `
-name: inflate
-capacity: 30
-cycle: 10s
-cycles: 2
+	sc := parse10s(t, "inflate", 30, 2, `
 metrics: {inflate: B, factor: 2}
 clients:
   - {name: A, demand: [3, 3]}
@@ -219,11 +219,7 @@ func TestConvergence(t *testing.T) {
 
 // Passthrough admits everything, so the window check must see the excess.
 func TestWindowViolationsDetected(t *testing.T) {
-	sc := mustParse(t, `
-name: pass
-capacity: 10
-cycle: 10s
-cycles: 1
+	sc := parse10s(t, "pass", 10, 1, `
 passthrough: true
 clients:
   - {name: A, demand: [20]}
@@ -235,10 +231,10 @@ clients:
 	}
 }
 
-// A window is wall time, not an engine cycle: admissions decided in two
-// engine cycles that fall in one aligned window add up. This builds the
-// Result by hand, as an engine that restarts the count at an early
-// rollover would leave it, so the check is tested on its own.
+// A window is wall time, not a share period: admissions decided under two
+// plans that fall in one aligned window add up. This builds the Result by
+// hand, as an engine that restarted the window's count at a re-plan would
+// leave it, so the check is tested on its own.
 func TestWindowCountsAcrossEngineCycles(t *testing.T) {
 	sc := &Scenario{Capacity: 10, Cycles: 1}
 	res := &Result{Scenario: sc, Cap: capcheck.New(sc.Capacity)}
@@ -255,11 +251,7 @@ func TestWindowCountsAcrossEngineCycles(t *testing.T) {
 // A client whose share is used up retries each 429 Max times; every retry
 // is an attempt, and none is admitted.
 func TestRetriesCountAsAttempts(t *testing.T) {
-	sc := mustParse(t, `
-name: retry
-capacity: 10
-cycle: 10s
-cycles: 1
+	sc := parse10s(t, "retry", 10, 1, `
 clients:
   - {name: A, demand: [20], retry: {max: 3, delay: 1ms}}
   - {name: B, demand: [1]}
@@ -305,7 +297,7 @@ func TestShippedScenariosRun(t *testing.T) {
 // scenario and both policies: no aligned wall window admits more than C,
 // and no client more than its share in a share period. The scenarios with
 // newcomers (churn, spoofing-flood, returning-clients) are the ones an
-// engine that starts a fresh capacity at each early rollover fails.
+// engine that gave each re-plan a fresh capacity would fail.
 func TestShippedScenariosKeepTheCap(t *testing.T) {
 	all, err := ShippedScenarios()
 	if err != nil {
@@ -380,7 +372,7 @@ func TestChartsWritten(t *testing.T) {
 func TestParseJSONMatchesYAML(t *testing.T) {
 	js := `{"name": "two", "capacity": 10, "cycle": "10s", "cycles": 1,
 	  "clients": [{"name": "A", "demand": [3]}, {"name": "B", "demand": [12]}]}`
-	a, err := ParseScenario([]byte(js), true)
+	a, err := ParseScenario([]byte(js))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +391,7 @@ func TestParseRejects(t *testing.T) {
 		"duplicate":     "name: x\ncapacity: 10\ncycle: 10s\ncycles: 1\nclients: [{name: A, demand: [1]}, {name: A, demand: [1]}]",
 		"inflate whom?": "name: x\ncapacity: 10\ncycle: 10s\ncycles: 1\nmetrics: {inflate: Z}\nclients: [{name: A, demand: [1]}]",
 	} {
-		if _, err := ParseScenario([]byte(yml), false); err == nil {
+		if _, err := ParseScenario([]byte(yml)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -110,7 +110,7 @@ func WriteWideTable(w io.Writer, res *Result) {
 func WriteLongTable(w io.Writer, res *Result) {
 	fmt.Fprintln(w, "Cells are share/demand/admitted; \"-\" is not registered.")
 	fmt.Fprintln(w)
-	head := append(append([]string{"Cycle"}, res.Groups...), "Total", "Rollovers")
+	head := append(append([]string{"Cycle"}, res.Groups...), "Total", "Plans")
 	mdRow(w, head...)
 	mdRule(w, len(head))
 	cycles := len(res.Demand)
@@ -127,12 +127,12 @@ func WriteLongTable(w io.Writer, res *Result) {
 			}
 			cells = append(cells, fmt.Sprintf("%s/%d/%d", shareCell(r.share), r.demand, r.admitted))
 		}
-		rolls := strconv.Itoa(res.CycleRollovers[k])
+		plans := strconv.Itoa(res.CyclePlans[k])
 		if k == cycles {
-			mdRow(w, append(cells, strconv.FormatInt(tot.share, 10), rolls)...)
+			mdRow(w, append(cells, strconv.FormatInt(tot.share, 10), plans)...)
 			continue
 		}
-		mdRow(w, append(cells, fmt.Sprintf("%d/%d/%d", tot.share, tot.demand, tot.admitted), rolls)...)
+		mdRow(w, append(cells, fmt.Sprintf("%d/%d/%d", tot.share, tot.demand, tot.admitted), plans)...)
 	}
 }
 
@@ -151,7 +151,7 @@ var metricRows = []struct {
 	{"Stranded capacity", func(m Metrics) string { return pct(m.Stranded) }},
 	{"Convergence after step (cycles)", convergenceCell},
 	{"Attempts per new request", func(m Metrics) string { return num(m.Amplification, 2) }},
-	{"Rollovers (early)", func(m Metrics) string { return fmt.Sprintf("%d (%d)", m.Rollovers, m.Early) }},
+	{"Plans (re-plans)", func(m Metrics) string { return fmt.Sprintf("%d (%d)", m.Plans, m.Replans) }},
 }
 
 func convergenceCell(m Metrics) string {

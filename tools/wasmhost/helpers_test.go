@@ -76,3 +76,27 @@ func newHost(tb testing.TB, name string, opts Options) *Host {
 	tb.Cleanup(func() { h.Close(context.Background()) })
 	return h
 }
+
+// driveAroundTrap sends n requests from client a round-robin over three
+// VMs of which VM 1 has trapped. Every request VM 1 gets must fail; every
+// other response goes to healthy (one at a time), and the number of
+// responses healthy accepted is returned.
+func driveAroundTrap(t *testing.T, h *Host, n int, healthy func(Result) bool) int {
+	t.Helper()
+	var mu sync.Mutex
+	accepted := 0
+	h.Drive(n, RoundRobin(3), func(int) [][2]string { return Request("/", "a") }, func(i int, r Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.VM == 1 {
+			if r.Err == nil {
+				t.Errorf("the trapped VM served request %d: %v", i, r)
+			}
+			return
+		}
+		if healthy(r) {
+			accepted++
+		}
+	})
+	return accepted
+}

@@ -235,8 +235,8 @@ func TestPluginBorrowingMatchesAllocate(t *testing.T) {
 }
 
 // registerAll sends one request per client per second until each has been
-// admitted once, then waits out the cycle that registration ended early, so
-// the next cycle is a full one starting now.
+// admitted once, then waits out the window that registration re-planned, so
+// the next window is a full one starting now.
 func registerAll(t *testing.T, h *Host, clients []string) {
 	t.Helper()
 	admitted := map[string]bool{}
@@ -266,7 +266,7 @@ func registerAll(t *testing.T, h *Host, clients []string) {
 }
 
 // finishCycle lets the workers flush their counts with a tick, then moves
-// to the cycle's deadline and ticks again, which rolls it over.
+// to the window's end and ticks again, which plans the next window.
 func finishCycle(t *testing.T, h *Host, untilDeadline time.Duration) {
 	t.Helper()
 	for _, d := range []time.Duration{untilDeadline - 500*time.Millisecond, 500 * time.Millisecond} {
@@ -330,24 +330,9 @@ func TestPluginTrappedVMIsIsolated(t *testing.T) {
 	if _, err := h.VM(1).Call("proxy_on_request_headers", 123456, 0, 1); err == nil {
 		t.Fatal("garbage context id did not trap")
 	}
-	var mu sync.Mutex
-	healthy := 0
 	// Client a is registered, and the capacity is ample: every request a
 	// healthy VM gets must be admitted.
-	h.Drive(90, RoundRobin(3), func(int) [][2]string { return Request("/", "a") },
-		func(i int, r Result) {
-			mu.Lock()
-			defer mu.Unlock()
-			if r.VM == 1 {
-				if r.Err == nil {
-					t.Errorf("the trapped VM served request %d: %v", i, r)
-				}
-				return
-			}
-			if checkResponse(t, r) == "allowed" {
-				healthy++
-			}
-		})
+	healthy := driveAroundTrap(t, h, 90, func(r Result) bool { return checkResponse(t, r) == "allowed" })
 	if healthy != 60 {
 		t.Fatalf("healthy VMs admitted %d of 60", healthy)
 	}

@@ -16,7 +16,7 @@ import (
 //	known     a request from a registered client, rotating over all of them
 //	newcomer  a request from an id never seen before (the table is full, so
 //	          it is refused as table_full, or pending)
-//	rollover  one deadline rollover, seen by every VM (one TickAll)
+//	rollover  the plan of a new window, seen by every VM (one TickAll)
 //
 // known and newcomer time the same requests through the no-op module in the
 // same run and report plugin/noop; a rollover has no no-op counterpart, so
@@ -82,9 +82,9 @@ func scaleRefusals(h *Host) int64 {
 
 // scaleHost starts the plugin with max_clients n and registers n clients,
 // sending a request from every client not yet admitted, then letting
-// min_cycle pass so the newcomers' early rollover can happen, until all
-// are admitted. idle_cycles is high so that the rollover benchmark's
-// cycles without requests forget nobody.
+// min_cycle pass so the re-plan that registers the newcomers can happen,
+// until all are admitted. idle_cycles is high so that the rollover
+// benchmark's windows without requests forget nobody.
 func scaleHost(b *testing.B, n int) *Host {
 	b.Helper()
 	raw, err := json.Marshal(map[string]any{"capacity": 1 << 40, "cycle": scaleCycle.String(),
