@@ -128,8 +128,8 @@ type compactPolicy interface {
 	capOf(p *policyParams, demand float64) float64
 }
 
-// Allocate applies the seed policy to integer demands. It is the formula of
-// the product description, exposed for tests, the simulator and operators'
+// Allocate applies the seed policy to integer demands (docs/contract.md,
+// "How shares are computed"), for tests, the simulator and operators'
 // what-if questions.
 func Allocate(capacity int64, reservation float64, demands []int64) []int64 {
 	real := make([]float64, len(demands))

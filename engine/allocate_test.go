@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// The worked example of the product description: capacity 40, four
-// clients, reservation 0.1, so the reservation floor is 1.
+// The worked example (docs/contract.md, "How shares are computed"):
+// capacity 40, four clients, reservation 0.1, so the reservation floor is 1.
 func TestAllocateWorkedExample(t *testing.T) {
 	tests := []struct {
 		name    string

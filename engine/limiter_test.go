@@ -224,7 +224,7 @@ func TestLongGapForgetsTheSilent(t *testing.T) {
 	cfg := testConfig()
 	l := newLimiter(t, cfg, NewMemStore())
 	send(l, t0, "A", 1)
-	send(l, t0.Add(time.Second), "B", 1) // early rollover: cycle 2 with A and B
+	send(l, t0.Add(time.Second), "B", 1) // a re-plan: plan 2 with A and B
 	// An hour without requests or ticks (a clock jump looks the same): the
 	// rollover ages clients silent in cycle 2 by every full cycle that
 	// passed, and keeps B, which sent in it.
@@ -517,7 +517,7 @@ type resetCounter struct {
 func (r *resetCounter) ValueReset(string, error) { r.n++ }
 
 // The worked example of docs/contract.md: capacity 40, four clients with
-// the shares 5/15/10/10 of the product description's second window, and a
+// the shares 5/15/10/10 of the seed's worked example (second window), and a
 // fifth that first asks 0.5 s into it (within min_cycle: pending), and
 // again 4 s into it, when 20 units of the window are used: proven, it is
 // counted at the default share.

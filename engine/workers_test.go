@@ -238,7 +238,7 @@ func TestWorkersKeepTheCapUnderFaults(t *testing.T) {
 			for cycle := 0; cycle < 8; cycle++ {
 				start := t0.Add(time.Duration(cycle) * cfg.Cycle)
 				demand := randomDemand(rng, int(cfg.Capacity))
-				demand[fmt.Sprintf("late-%d", cycle)] = 20 // a newcomer per cycle: early rollovers
+				demand[fmt.Sprintf("late-%d", cycle)] = 20 // a newcomer per window: a re-plan
 				outs = append(outs, runCycle(workers, spread(rng, demand, w), start.Add(2*time.Second))...)
 				outs = append(outs, runCycle(workers, spread(rng, demand, w), start.Add(4*time.Second))...)
 				for _, l := range workers {
