@@ -35,17 +35,7 @@ func (Seed) Name() string { return "seed" }
 
 // Allocate implements Policy.
 func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
-	n := len(demands)
-	dst = resize(dst, n)
-	if n == 0 || capacity <= 0 {
-		return dst
-	}
-	params := p.params(capacity, demands)
-	caps := scratchFloats(n)
-	for i, d := range demands {
-		caps[i] = p.capOf(&params, d)
-	}
-	return largestRemainder(dst, capacity, caps)
+	return allocateCompact(p, dst, capacity, demands)
 }
 
 // params computes the seed's compact parameters over every client's demand:
@@ -94,17 +84,7 @@ func (Static) Name() string { return "static" }
 
 // Allocate implements Policy.
 func (p Static) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
-	n := len(demands)
-	dst = resize(dst, n)
-	if n == 0 || capacity <= 0 {
-		return dst
-	}
-	params := p.params(capacity, demands)
-	caps := scratchFloats(n)
-	for i := range caps {
-		caps[i] = p.capOf(&params, demands[i])
-	}
-	return largestRemainder(dst, capacity, caps)
+	return allocateCompact(p, dst, capacity, demands)
 }
 
 func (Static) params(capacity int64, demands []float64) policyParams {
@@ -126,6 +106,23 @@ type compactPolicy interface {
 	Policy
 	params(capacity int64, demands []float64) policyParams
 	capOf(p *policyParams, demand float64) float64
+}
+
+// allocateCompact is Allocate for a compact policy: every client's
+// real-valued cap from the policy's parameters, then largest-remainder
+// rounding, the same arithmetic a plan does one client at a time.
+func allocateCompact(p compactPolicy, dst []int64, capacity int64, demands []float64) []int64 {
+	n := len(demands)
+	dst = resize(dst, n)
+	if n == 0 || capacity <= 0 {
+		return dst
+	}
+	params := p.params(capacity, demands)
+	caps := scratchFloats(n)
+	for i, d := range demands {
+		caps[i] = p.capOf(&params, d)
+	}
+	return largestRemainder(dst, capacity, caps)
 }
 
 // Allocate applies the seed policy to integer demands (docs/contract.md,

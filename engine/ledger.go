@@ -161,13 +161,9 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		}
 		r.bkt.entries[i] = e
 		r.buf = appendBucket(r.buf, &r.bkt)
-		err = r.store.Set(key, r.buf, cas)
-		if errors.Is(err, ErrCASMismatch) {
-			r.obs.CASRetry()
+		if retry, werr := r.write(key, cas, "set bucket"); retry {
 			continue
-		}
-		if err != nil {
-			r.obs.StoreFailure("set bucket", err)
+		} else if werr != nil {
 			return syncFailed
 		}
 		inHand -= take
@@ -250,13 +246,9 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		}
 		v.granted += moved
 		r.buf = appendBudget(r.buf, v)
-		err = r.store.Set(r.budgetKey, r.buf, cas)
-		if errors.Is(err, ErrCASMismatch) {
-			r.obs.CASRetry()
+		if retry, werr := r.write(r.budgetKey, cas, "set budget"); retry {
 			continue
-		}
-		if err != nil {
-			r.obs.StoreFailure("set budget", err)
+		} else if werr != nil {
 			return 0, true
 		}
 		return max(moved, 0), true

@@ -254,14 +254,10 @@ func (r *registry) countPending() error {
 		next := r.view
 		next.pending++
 		r.buf = appendPlan(r.buf, &next)
-		err = r.store.Set(r.planKey, r.buf, r.viewCAS)
-		if errors.Is(err, ErrCASMismatch) {
-			r.obs.CASRetry()
+		if retry, werr := r.write(r.planKey, r.viewCAS, "set plan"); retry {
 			continue
-		}
-		if err != nil {
-			r.obs.StoreFailure("set plan", err)
-			return err
+		} else if werr != nil {
+			return werr
 		}
 		r.adopt(next, 0)
 		return nil
@@ -317,14 +313,10 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 			r.bkt.overflow, markOnly = true, true
 		}
 		r.buf = appendBucket(r.buf, &r.bkt)
-		err = r.store.Set(key, r.buf, cas)
-		if errors.Is(err, ErrCASMismatch) {
-			r.obs.CASRetry()
+		if retry, werr := r.write(key, cas, "set bucket"); retry {
 			continue
-		}
-		if err != nil {
-			r.obs.StoreFailure("set bucket", err)
-			return false, false, err
+		} else if werr != nil {
+			return false, false, werr
 		}
 		return !markOnly, markOnly, nil
 	}
@@ -408,14 +400,10 @@ func (r *registry) replan(t int64, who caller, cand uint64, flush func()) (stepK
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
 		r.buf = appendPlan(r.buf, &next)
-		err = r.store.Set(r.planKey, r.buf, r.viewCAS)
-		if errors.Is(err, ErrCASMismatch) {
-			r.obs.CASRetry()
+		if retry, werr := r.write(r.planKey, r.viewCAS, "set plan"); retry {
 			continue
-		}
-		if err != nil {
-			r.obs.StoreFailure("set plan", err)
-			return stepStay, err
+		} else if werr != nil {
+			return stepStay, werr
 		}
 		registeredNow := r.registeredNow
 		r.adopt(next, 0)
@@ -539,4 +527,20 @@ func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool)
 			r.obs.StoreFailure("reset budget", err)
 		}
 	}
+}
+
+// write stores r.buf at key under cas: the one compare-and-swap of every
+// shared value. A lost race is counted and reported as retry (the caller
+// reads again); any other failure is counted and returned.
+func (r *registry) write(key string, cas uint32, op string) (retry bool, err error) {
+	err = r.store.Set(key, r.buf, cas)
+	switch {
+	case errors.Is(err, ErrCASMismatch):
+		r.obs.CASRetry()
+		return true, nil
+	case err != nil:
+		r.obs.StoreFailure(op, err)
+		return false, err
+	}
+	return false, nil
 }
