@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,18 +42,25 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("table lacks %s", row.Name)
 		}
 	}
-	want := map[string]int{
-		VariantNone: 200, VariantLocalRL: 200, VariantNoop: 200,
-		VariantDefaults: 200, VariantNoHeaders: 200, VariantReject: 429,
+	want := map[string]string{
+		VariantNone: "2xx", VariantLocalRL: "2xx", VariantNoop: "2xx",
+		VariantDefaults: "2xx", VariantNoHeaders: "2xx", VariantReject: "4xx",
+		VariantFlood: "2xx+4xx",
 	}
 	for _, row := range rows {
-		if w, ok := want[row.Name]; !ok || row.Status != w {
-			t.Errorf("%s: status %d, want %d", row.Name, row.Status, w)
+		if w, ok := want[row.Name]; !ok || row.Classes != w {
+			t.Errorf("%s: classes %s, want %s", row.Name, row.Classes, w)
 		}
 		delete(want, row.Name)
+		if row.Name == VariantFlood && (row.QPSvsDefaults <= 0 || row.CPUvsDefaults <= 0) {
+			t.Errorf("%s: no ratio against %s: %+v", row.Name, VariantDefaults, row)
+		}
 	}
 	if len(want) > 0 {
 		t.Errorf("variants missing from the table: %v", want)
+	}
+	if st := res.PluginStats[VariantFlood]; !strings.Contains(st, "requests_") {
+		t.Errorf("%s: plugin stats %q count no requests", VariantFlood, st)
 	}
 }
 
@@ -138,6 +146,120 @@ func TestCheckStatuses(t *testing.T) {
 		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.wantErr)
 		}
+	}
+}
+
+func TestCheckMixedStatuses(t *testing.T) {
+	allowed := []int{200, 429}
+	for _, c := range []struct {
+		name    string
+		st      statusCounts
+		w       wrkResult
+		wantErr string
+	}{
+		{"mixed, counts agree", statusCounts{total: 100, c2: 60, c4: 40}, wrkResult{requests: 100, non2xx3xx: 40}, ""},
+		{"all admitted", statusCounts{total: 100, c2: 100}, wrkResult{requests: 100}, ""},
+		{"all rejected", statusCounts{total: 100, c4: 100}, wrkResult{requests: 100, non2xx3xx: 100}, ""},
+		{"a 429 wrk did not read", statusCounts{total: 101, c2: 60, c4: 41}, wrkResult{requests: 100, non2xx3xx: 40}, ""},
+		{"a 5xx", statusCounts{total: 100, c2: 59, c4: 40, c5: 1}, wrkResult{requests: 100, non2xx3xx: 41}, "outside"},
+		{"a 1xx", statusCounts{total: 100, c1: 1, c2: 59, c4: 40}, wrkResult{requests: 100, non2xx3xx: 40}, "outside"},
+		{"wrk saw more rejections", statusCounts{total: 100, c2: 60, c4: 40}, wrkResult{requests: 100, non2xx3xx: 41}, "non-2xx/3xx"},
+		{"wrk saw fewer rejections", statusCounts{total: 100, c2: 60, c4: 40}, wrkResult{requests: 100, non2xx3xx: 39}, "non-2xx/3xx"},
+		{"more than the unread gap", statusCounts{total: 101, c2: 59, c4: 42}, wrkResult{requests: 100, non2xx3xx: 40}, "non-2xx/3xx"},
+		{"wrk completed more than Envoy answered", statusCounts{total: 100, c2: 60, c4: 40}, wrkResult{requests: 101, non2xx3xx: 40}, "answered only"},
+		{"socket errors", statusCounts{total: 100, c2: 60, c4: 40}, wrkResult{requests: 100, non2xx3xx: 40, timeout: 1}, "socket errors"},
+		{"nothing answered", statusCounts{total: 3}, wrkResult{requests: 0}, "no requests"},
+	} {
+		err := checkMixedStatuses(allowed, c.st, c.w)
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.wantErr)
+		}
+	}
+	// Only 2xx allowed: the 429s of the first case are now outside.
+	if err := checkMixedStatuses([]int{200, 204}, statusCounts{total: 100, c2: 60, c4: 40}, wrkResult{requests: 100, non2xx3xx: 40}); err == nil {
+		t.Error("4xx responses passed a 2xx-only mixed expectation")
+	}
+}
+
+// TestExpectationDispatch checks that a single-status variant keeps the
+// single-status checks and a mixed one gets the mixed checks.
+func TestExpectationDispatch(t *testing.T) {
+	single := expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}
+	mixed := expectation{mixed: []int{200, 429}, mixedProbe: floodAnswer}
+	st := statusCounts{total: 10, c2: 6, c4: 4}
+	w := wrkResult{requests: 10, non2xx3xx: 4}
+	if err := single.check(st, w); err == nil {
+		t.Error("a 200-only variant accepted 429s")
+	}
+	if err := mixed.check(st, w); err != nil {
+		t.Errorf("the mixed variant refused 200s and 429s: %v", err)
+	}
+	if got := single.classes() + " " + mixed.classes(); got != "2xx 2xx+4xx" {
+		t.Errorf("classes: %q", got)
+	}
+	if err := single.answer(429, http.Header{}); err == nil {
+		t.Error("a 200-only variant accepted a 429 probe")
+	}
+}
+
+func TestFloodAnswer(t *testing.T) {
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		status int
+		h      http.Header
+		ok     bool
+	}{
+		{"admitted", 200, h("x-ratelimit-limit", "7"), true},
+		{"admitted without headers", 200, h(), false},
+		{"pending", 429, h("x-borrowcycle-reason", "pending"), true},
+		{"table_full", 429, h("x-borrowcycle-reason", "table_full"), true},
+		{"over_limit", 429, h("x-borrowcycle-reason", "over_limit"), true},
+		{"store_failure", 429, h("x-borrowcycle-reason", "store_failure"), false},
+		{"anonymous", 429, h("x-borrowcycle-reason", "anonymous"), false},
+		{"a 429 not from Borrowcycle", 429, h(), false},
+		{"a 503", 503, h(), false},
+		{"a 403", 403, h("x-borrowcycle-reason", "pending"), false},
+	} {
+		if err := floodAnswer(c.status, c.h); (err == nil) != c.ok {
+			t.Errorf("%s: floodAnswer = %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}
+
+func TestFloodLoadArgs(t *testing.T) {
+	o := Options{Clients: 2}
+	for _, v := range variants(o) {
+		got := strings.Join(v.loadArgs(o), " ")
+		want := "client-00 client-01"
+		if v.name == VariantFlood {
+			want = "--flood flood- 100000"
+		}
+		if got != want {
+			t.Errorf("%s: load arguments %q, want %q", v.name, got, want)
+		}
+	}
+}
+
+func TestSummarizePluginStats(t *testing.T) {
+	body := "wasmcustom.borrowcycle.default.clients_active: 10000\n" +
+		"wasmcustom.borrowcycle.default.requests_allowed: 52\n" +
+		"wasmcustom.borrowcycle.default.requests_rejected.over_limit: 0\n" +
+		"wasmcustom.borrowcycle.default.requests_rejected.pending: 900\n" +
+		"wasmcustom.borrowcycle.other.requests_allowed: 7\n" +
+		"wasmcustom.borrowcycle.default.requests_rejected.table_full: 48\n"
+	want := "clients_active 10000, requests_allowed 52, requests_rejected.pending 900, requests_rejected.table_full 48"
+	if got := summarizePluginStats(body); got != want {
+		t.Errorf("summarizePluginStats =\n%q, want\n%q", got, want)
 	}
 }
 
@@ -235,6 +357,13 @@ func TestRowsArePaired(t *testing.T) {
 		}
 		if d := row.QPSvsLocalRL - want; d > 1e-9 || d < -1e-9 {
 			t.Errorf("%s: ×local_rl %.4f, want %.4f", row.Name, row.QPSvsLocalRL, want)
+		}
+		wantKnown := 1 / 0.9 // median of 1/0.9, 1/0.9, 1/0.5
+		if row.Name == VariantDefaults {
+			wantKnown = 1
+		}
+		if d := row.QPSvsDefaults - wantKnown; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s: ×borrowcycle %.4f, want %.4f", row.Name, row.QPSvsDefaults, wantKnown)
 		}
 		if row.Responses != 30 {
 			t.Errorf("%s: %d responses, want 30", row.Name, row.Responses)

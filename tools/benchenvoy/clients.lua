@@ -1,16 +1,32 @@
--- wrk script for tools/benchenvoy: every request carries a client id header,
--- rotating over the ids given after "--" (the first argument is the header
--- name). The requests are formatted once in init, so the per-request Lua
--- work is an index and a return, not a string build.
+-- wrk script for tools/benchenvoy: every request carries a client id header
+-- (the first argument after "--" is the header name). Two loads:
+--
+--   header id...             rotate over the given ids. The requests are
+--                            formatted once in init, so the per-request Lua
+--                            work is an index and a return, not a string build.
+--   header --flood P N       ids P1 ... PN, built per request (too many to
+--                            format in advance), visited in order from a
+--                            random starting point, so that each run meets
+--                            ids the filter has mostly not seen lately.
 --
 -- done prints one machine-readable line that the Go side parses; wrk's own
 -- human summary is ignored.
 
 local requests = {}
 local next_index = 0
+local header, flood_prefix, flood_count
 
 function init(args)
-	local header = args[1]
+	header = args[1]
+	if args[2] == "--flood" then
+		flood_prefix, flood_count = args[3], tonumber(args[4])
+		if flood_prefix == nil or flood_count == nil or flood_count < 1 then
+			error("clients.lua: --flood wants a prefix and a count")
+		end
+		math.randomseed(os.time())
+		next_index = math.random(flood_count) - 1
+		return
+	end
 	for i = 2, #args do
 		requests[#requests + 1] = wrk.format("GET", "/", { [header] = args[i] })
 	end
@@ -20,6 +36,10 @@ function init(args)
 end
 
 function request()
+	if flood_count then
+		next_index = next_index % flood_count + 1
+		return wrk.format("GET", "/", { [header] = flood_prefix .. next_index })
+	end
 	next_index = next_index % #requests + 1
 	return requests[next_index]
 end

@@ -109,7 +109,7 @@ type wrkRun struct {
 	connections int
 	seconds     int
 	url         string
-	clients     []string
+	clients     []string // clients.lua's arguments after the header (variant.loadArgs)
 }
 
 func (w wrkRun) command() *exec.Cmd {

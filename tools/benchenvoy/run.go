@@ -154,6 +154,9 @@ type Results struct {
 	EnvoyVer  string
 	Variants  []variant
 	Samples   [][]sample
+	// PluginStats are the flood variants' plugin stats after the last
+	// round (pluginStats), by variant name.
+	PluginStats map[string]string
 }
 
 // Run starts one Envoy per variant, warms each up, and measures them in
@@ -209,7 +212,7 @@ func Run(o Options) (_ *Results, err error) {
 	defer client.CloseIdleConnections()
 	load := func(in *instance, seconds int) wrkRun {
 		return wrkRun{wrk: o.Wrk, script: script, cpu: pl.loadCPU, connections: o.Connections,
-			seconds: seconds, url: in.envoy.URL, clients: o.clientIDs()}
+			seconds: seconds, url: in.envoy.URL, clients: in.loadArgs(o)}
 	}
 	warm, _ := wholeSeconds("warmup", o.Warmup, 0)
 	if warm > 0 {
@@ -236,6 +239,14 @@ func Run(o Options) (_ *Results, err error) {
 				return nil, fmt.Errorf("round %d: %s: %w", r+1, in.name, err)
 			}
 			res.Samples[i] = append(res.Samples[i], s)
+		}
+	}
+	res.PluginStats = map[string]string{}
+	for _, in := range insts {
+		if in.flood > 0 {
+			if res.PluginStats[in.name], err = pluginStats(client, in.envoy.AdminURL); err != nil {
+				return nil, fmt.Errorf("%s: %w", in.name, err)
+			}
 		}
 	}
 	return res, nil
@@ -428,10 +439,7 @@ func probe(client *http.Client, in *instance, id string) error {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != in.expect.status {
-		return fmt.Errorf("status %d (x-borrowcycle-reason %q), want %d", resp.StatusCode, resp.Header.Get("x-borrowcycle-reason"), in.expect.status)
-	}
-	return in.expect.probe(resp.Header)
+	return in.expect.answer(resp.StatusCode, resp.Header)
 }
 
 // measure runs one measured interval. Everything that costs Envoy CPU but
@@ -467,7 +475,7 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 		return sample{}, fmt.Errorf("envoy exited; log %s", in.envoy.LogPath)
 	}
 	st := after.minus(before)
-	if err := checkStatuses(in.expect.status, st, w); err != nil {
+	if err := in.expect.check(st, w); err != nil {
 		return sample{}, err
 	}
 	// One more probe: the answers are still the variant's own (e.g. the

@@ -18,6 +18,8 @@ type Row struct {
 	QPS           float64
 	QPSvsNoop     float64
 	QPSvsLocalRL  float64
+	QPSvsDefaults float64 // against the borrowcycle variant (known clients)
+	CPUvsDefaults float64 // CPU per request against the borrowcycle variant's
 	CPUPerReq     time.Duration
 	CPUOverNoop   time.Duration // CPU per request minus the no-op filter's
 	P50, P99      time.Duration
@@ -25,7 +27,9 @@ type Row struct {
 	EnvoyCPUShare float64 // fraction of one CPU Envoy used while loaded
 	WrkCPUShare   float64 // fraction of one CPU wrk used
 	Responses     uint64  // summed over rounds
-	Status        int     // the status class every response had
+	Status        int     // the status every response had (0 for a mixed variant)
+	Classes       string  // the status classes allowed, e.g. "2xx" or "2xx+4xx"
+	Rejected      uint64  // 4xx responses, summed over rounds
 }
 
 // Rows computes the table.
@@ -34,6 +38,7 @@ func (r *Results) Rows() []Row {
 		return slices.IndexFunc(r.Variants, func(v variant) bool { return v.name == name })
 	}
 	noop, lrl := r.Samples[idx(VariantNoop)], r.Samples[idx(VariantLocalRL)]
+	known := r.Samples[idx(VariantDefaults)]
 	rows := make([]Row, len(r.Variants))
 	for i, v := range r.Variants {
 		ss := r.Samples[i]
@@ -45,15 +50,18 @@ func (r *Results) Rows() []Row {
 			}
 			return medianOf(vals)
 		}
-		var responses uint64
+		var responses, rejected uint64
 		for _, s := range ss {
 			responses += s.statuses.answered()
+			rejected += s.statuses.c4
 		}
 		rows[i] = Row{
 			Name:          v.name,
 			QPS:           of(func(s sample) float64 { return s.qps }),
 			QPSvsNoop:     paired(noop, func(a, b sample) float64 { return a.qps / b.qps }),
 			QPSvsLocalRL:  paired(lrl, func(a, b sample) float64 { return a.qps / b.qps }),
+			QPSvsDefaults: paired(known, func(a, b sample) float64 { return a.qps / b.qps }),
+			CPUvsDefaults: paired(known, func(a, b sample) float64 { return float64(a.cpuPerReq) / float64(b.cpuPerReq) }),
 			CPUPerReq:     time.Duration(of(func(s sample) float64 { return float64(s.cpuPerReq) })),
 			CPUOverNoop:   time.Duration(paired(noop, func(a, b sample) float64 { return float64(a.cpuPerReq - b.cpuPerReq) })),
 			P50:           time.Duration(of(func(s sample) float64 { return float64(s.p50) })),
@@ -63,6 +71,8 @@ func (r *Results) Rows() []Row {
 			WrkCPUShare:   of(func(s sample) float64 { return s.wrkShare }),
 			Responses:     responses,
 			Status:        v.expect.status,
+			Classes:       v.expect.classes(),
+			Rejected:      rejected,
 		}
 	}
 	return rows
@@ -104,25 +114,34 @@ func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "rounds:  %d interleaved × %s per variant, after %s warm-up each; figures are medians over rounds\n\n", o.Rounds, o.Duration, o.Warmup)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
+	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\t×borrowcycle\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
 	rows := r.Rows()
 	lowest := 1.0
 	for _, row := range rows {
 		lowest = min(lowest, row.EnvoyCPUShare)
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %dxx\t\n",
-			row.Name, row.QPS, row.QPSvsNoop, row.QPSvsLocalRL, micros(row.CPUPerReq, 2),
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %s\t\n",
+			row.Name, row.QPS, row.QPSvsNoop, row.QPSvsLocalRL, row.QPSvsDefaults, micros(row.CPUPerReq, 2),
 			float64(row.CPUOverNoop)/float64(time.Microsecond), micros(row.P50, 0), micros(row.P99, 0),
-			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.WrkCPUShare, row.Responses, row.Status/100)
+			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.WrkCPUShare, row.Responses, row.Classes)
 	}
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nreq/s, p50, p99: wrk (closed loop, at saturation, so p50 is mostly connections ÷ req/s).")
 	fmt.Fprintln(w, "CPU µs/req: Envoy's utime+stime (/proc/<pid>/stat, all threads) over the measured interval ÷ responses it sent.")
-	fmt.Fprintln(w, "×noop, ×local_rl, Δµs, p99 ×noop: per round against the baseline in the same round, median over rounds.")
+	fmt.Fprintln(w, "×noop, ×local_rl, ×borrowcycle, Δµs, p99 ×noop: per round against the baseline in the same round, median over rounds.")
 	fmt.Fprintln(w, "Envoy CPU, wrk CPU: share of one CPU each used while loaded. Envoy well below 100% means something else was")
 	fmt.Fprintln(w, "  the limit (wrk, if it is near 100%; else a busy machine), and then CPU µs/req is inflated too: an Envoy")
 	fmt.Fprintln(w, "  that is not saturated handles fewer requests per wake-up.")
 	fmt.Fprintln(w, "responses: every response had that class, by Envoy's counters and by wrk's; anything else fails the run.")
+	for _, row := range rows {
+		if row.Status == 0 {
+			fmt.Fprintf(w, "%s: %.1f%% of responses were 429; req/s %.3f× and CPU µs/req %.3f× the borrowcycle variant's (known clients).\n",
+				row.Name, 100*float64(row.Rejected)/float64(row.Responses), row.QPSvsDefaults, row.CPUvsDefaults)
+			if st := r.PluginStats[row.Name]; st != "" {
+				fmt.Fprintf(w, "  its plugin stats over the whole run: %s\n", st)
+			}
+		}
+	}
 	var cfgs []string
 	for _, v := range r.Variants {
 		if v.config != "" {
@@ -130,6 +149,8 @@ func (r *Results) WriteTable(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "plugin configurations:\n%s\n", strings.Join(cfgs, "\n"))
+	fmt.Fprintf(w, "%s: wrk builds each request's id from %d ids (%s1 ... %s%d, in order from a random start);\n"+
+		"  the %d client ids are only probed between rounds.\n", VariantFlood, floodIDs, floodPrefix, floodPrefix, floodIDs, o.Clients)
 	fmt.Fprintf(w, "local_ratelimit: a descriptor per client id (from %s), x-ratelimit headers DRAFT_VERSION_03, never exhausted.\n", clientHeader)
 	if lowest < saturated {
 		fmt.Fprintf(w, "\nWARNING: Envoy used as little as %.0f%% of its CPU in some variant: it was not saturated, so these figures\n"+

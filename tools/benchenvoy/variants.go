@@ -18,6 +18,7 @@ const (
 	VariantDefaults  = "borrowcycle"
 	VariantNoHeaders = "borrowcycle-noheaders"
 	VariantReject    = "borrowcycle-reject"
+	VariantFlood     = "borrowcycle-flood"
 )
 
 // Plugin configurations (docs/contract.md). The admitting ones leave every
@@ -35,7 +36,18 @@ const (
 	// than everyone wanted would get nothing, and wait (pending) for the
 	// next window.
 	rejectConfig = `{"capacity": 200, "cycle": "1h", "min_cycle": "1s"}`
+	// The flood: a table of 10,000 clients against a load of floodIDs
+	// distinct ids (clients.lua's flood mode), so most ids have not been
+	// seen lately, the table fills, and the answers mix 200s with pending
+	// and table_full 429s. Every other option is at its default (min_cycle
+	// too, so newcomers wait long for a re-plan). The capacity is as
+	// unreachable as in admitConfig.
+	floodConfig = `{"capacity": 1000000000000, "cycle": "10s", "max_clients": 10000}`
 )
+
+// floodIDs is the number of distinct client ids the flood variant's load
+// draws from, ten times its max_clients.
+const floodIDs = 100000
 
 // localRLDescriptorTokens is the per-client bucket of the local_ratelimit
 // variant. It differs from the filter-wide bucket (localRLDefaultTokens) so
@@ -48,7 +60,10 @@ const (
 
 // variant is one Envoy configuration under the same load.
 type variant struct {
-	name   string
+	name string
+	// flood, when > 0, replaces the load's 50 rotating client ids with
+	// this many ids built per request (clients.lua's flood mode).
+	flood  int
 	config string // the plugin configuration, for the table's legend
 	// filter edits the shipped bootstrap's Wasm filter into this variant's.
 	filter func(*envoyrun.Bootstrap) error
@@ -64,23 +79,30 @@ type expectation struct {
 	// probe checks the headers that show the variant is configured as
 	// named (e.g. the reject variant's reason is over_limit, not pending).
 	probe func(http.Header) error
+	// mixed, when set, replaces status and probe: the variant answers with
+	// any of these statuses (in the class counters, any of their classes),
+	// and a probe's answer is checked by mixedProbe.
+	mixed      []int
+	mixedProbe func(status int, h http.Header) error
 }
 
 func variants(o Options) []variant {
 	return []variant{
 		{name: VariantNone, filter: func(b *envoyrun.Bootstrap) error { return b.ReplaceWasmFilter(nil) },
-			expect: expectation{200, headerAbsent("x-ratelimit-limit")}},
+			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
 		{name: VariantLocalRL, filter: func(b *envoyrun.Bootstrap) error {
 			return b.ReplaceWasmFilter(localRateLimitFilter(o.clientIDs()))
-		}, expect: expectation{200, headerIs("x-ratelimit-limit", strconv.Itoa(localRLDescriptorTokens))}},
+		}, expect: expectation{status: 200, probe: headerIs("x-ratelimit-limit", strconv.Itoa(localRLDescriptorTokens))}},
 		{name: VariantNoop, filter: wasmFilter(o.Noop, ""),
-			expect: expectation{200, headerAbsent("x-ratelimit-limit")}},
+			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
 		{name: VariantDefaults, config: admitConfig, filter: wasmFilter(o.Wasm, admitConfig),
-			expect: expectation{200, headerPresent("x-ratelimit-limit")}},
+			expect: expectation{status: 200, probe: headerPresent("x-ratelimit-limit")}},
 		{name: VariantNoHeaders, config: noHeadersConfig, filter: wasmFilter(o.Wasm, noHeadersConfig),
-			expect: expectation{200, headerAbsent("x-ratelimit-limit")}},
+			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
 		{name: VariantReject, config: rejectConfig, filter: wasmFilter(o.Wasm, rejectConfig),
-			expect: expectation{429, headerIs("x-borrowcycle-reason", "over_limit")}},
+			expect: expectation{status: 429, probe: headerIs("x-borrowcycle-reason", "over_limit")}},
+		{name: VariantFlood, config: floodConfig, filter: wasmFilter(o.Wasm, floodConfig), flood: floodIDs,
+			expect: expectation{mixed: []int{200, 429}, mixedProbe: floodAnswer}},
 	}
 }
 
@@ -152,4 +174,23 @@ func headerIs(name, want string) func(http.Header) error {
 		}
 		return nil
 	}
+}
+
+// floodAnswer checks one answer of the flood variant: an admission with
+// the rate-limit headers, or a Borrowcycle rejection for one of the
+// reasons a flood of newcomers can meet. A 429 without the reason header
+// (another filter's, or Envoy's) or with another reason fails it.
+func floodAnswer(status int, h http.Header) error {
+	switch status {
+	case http.StatusOK:
+		return headerPresent("x-ratelimit-limit")(h)
+	case http.StatusTooManyRequests:
+		switch r := h.Get("x-borrowcycle-reason"); r {
+		case "pending", "table_full", "over_limit":
+			return nil
+		default:
+			return fmt.Errorf("429 with x-borrowcycle-reason %q, want pending, table_full or over_limit", r)
+		}
+	}
+	return fmt.Errorf("status %d, want 200 or 429", status)
 }
