@@ -149,11 +149,16 @@ func (b *Bootstrap) SetPluginConfig(config string) error {
 	if err != nil {
 		return err
 	}
+	setConfiguration(cfg, config)
+	return nil
+}
+
+// setConfiguration sets a Wasm plugin config's configuration string.
+func setConfiguration(cfg map[string]any, config string) {
 	cfg["configuration"] = map[string]any{
 		"@type": "type.googleapis.com/google.protobuf.StringValue",
 		"value": config,
 	}
-	return nil
 }
 
 // ReplaceWasmFilter swaps the Wasm filter for another HTTP filter (its
@@ -281,10 +286,7 @@ func SetListenerPluginConfig(l map[string]any, config string) error {
 	if err != nil {
 		return err
 	}
-	cfg["configuration"] = map[string]any{
-		"@type": "type.googleapis.com/google.protobuf.StringValue",
-		"value": config,
-	}
+	setConfiguration(cfg, config)
 	return nil
 }
 
