@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
 )
 
@@ -33,6 +34,10 @@ func startLDS(t *testing.T, pluginConfig string) *ldsTarget {
 	lt := &ldsTarget{file: filepath.Join(dir, "lds.yaml")}
 	e, err := envoyrun.Start(context.Background(), envoyrun.Options{
 		Envoy: setup.envoy, Bootstrap: localBootstrap(t, pluginConfig), Concurrency: 2, Dir: dir, Name: "envoy",
+		// A replaced listener drains for a second: until then its plugin
+		// contexts still serve and tick, and may plan a window with the
+		// old configuration (docs/contract.md, reconfiguration).
+		DrainTime: time.Second,
 		Render: func(b *envoyrun.Bootstrap, _ envoyrun.Ports) error {
 			l, err := b.IngressToLDS(lt.file)
 			if err != nil {
@@ -48,6 +53,24 @@ func startLDS(t *testing.T, pluginConfig string) *ldsTarget {
 	lt.target = &target{url: e.URL, admin: e.AdminURL, settings: s, envoy: e}
 	t.Cleanup(func() { lt.finish(t) })
 	return lt
+}
+
+// waitDrained waits until no replaced listener is draining any more (its
+// plugin contexts are gone with it), and returns when that was seen.
+func (lt *ldsTarget) waitDrained(t *testing.T) time.Time {
+	t.Helper()
+	for range 100 {
+		st, err := fetchStats(lt.admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st["listener_manager.total_listeners_draining"] == 0 {
+			return time.Now()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("the replaced listener still drains after 10 s")
+	return time.Time{}
 }
 
 // push replaces the LDS file with the listener running pluginConfig and
@@ -118,6 +141,7 @@ func TestReconfigureByLDS(t *testing.T) {
 		}
 		c.CloseIdleConnections() // new connections reach the new listener
 		c = newClient()
+		drained := lt.waitDrained(t)
 		admitted := map[string]int{}
 		deadline := time.Now().Add(4*cycle + 10*time.Second)
 		for time.Now().Before(deadline) {
@@ -132,7 +156,10 @@ func TestReconfigureByLDS(t *testing.T) {
 					t.Fatalf("admitted in the window the old capacity had used up (cycle %s, ends after %s): %v",
 						window, windowEnd.Format(time.StampMilli), r)
 				}
-				if limit := r.header.Get("x-ratelimit-limit"); limit != "20" {
+				// A window the old listener planned before it drained
+				// keeps the old capacity; every later one has the new.
+				_, start, _ := engine.WindowAt(r.sent, cycle, 0)
+				if limit := r.header.Get("x-ratelimit-limit"); limit != "20" && !start.Before(drained) {
 					t.Fatalf("admitted after the reload with limit %s, want the new capacity 20: %v", limit, r)
 				}
 			}

@@ -30,6 +30,11 @@ type Options struct {
 	Name string
 	// ReadyTimeout bounds start-up; zero means 60 s.
 	ReadyTimeout time.Duration
+	// DrainTime, when positive, is Envoy's --drain-time-s (whole seconds,
+	// rounded up): how long a listener replaced through LDS keeps serving
+	// its connections, and its filters' plugin contexts keep ticking.
+	// Zero keeps Envoy's default (600 s).
+	DrainTime time.Duration
 	// Render, when set, edits the bootstrap once its ports are set and
 	// before it is written: the place for edits that need the ports, such
 	// as moving a listener to a file-based LDS source.
@@ -116,13 +121,16 @@ func startOnce(ctx context.Context, o Options, attempt int) (*Envoy, error) {
 	// collide on the shared-memory base id of hot restart.
 	// --file-flush-interval-msec: the access log (stdout, in the log file)
 	// reaches the file within 100 ms instead of Envoy's default 10 s.
-	e.cmd = exec.Command(o.Envoy,
-		"-c", e.Config,
+	args := []string{"-c", e.Config,
 		"--concurrency", strconv.Itoa(concurrency),
 		"--use-dynamic-base-id",
 		"--file-flush-interval-msec", "100",
 		"--log-level", "info",
-		"--disable-hot-restart")
+		"--disable-hot-restart"}
+	if o.DrainTime > 0 {
+		args = append(args, "--drain-time-s", strconv.Itoa(int((o.DrainTime+time.Second-1)/time.Second)))
+	}
+	e.cmd = exec.Command(o.Envoy, args...)
 	e.cmd.Stdout = logFile
 	e.cmd.Stderr = logFile
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
