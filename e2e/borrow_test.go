@@ -147,7 +147,10 @@ func testBorrowing(t *testing.T, workers int) {
 				cyc, cyc+1, cur.demand, got, pred, preds)
 			continue
 		}
-		if len(preds) == 1 {
+		// Exact: the shares equal Allocate on the demand as observed, with
+		// no boundary tolerance needed (the candidate set counts every
+		// request near a boundary, so it is rarely a single one).
+		if slices.Equal(got, pred) {
 			exact++
 		}
 		if slices.Max(got) > def {
@@ -159,7 +162,7 @@ func testBorrowing(t *testing.T, workers int) {
 		t.Errorf("only %d cycle transitions could be checked (cycles seen %v)", checked, cycles)
 	}
 	if exact == 0 {
-		t.Errorf("no transition was checked without tolerance")
+		t.Errorf("no transition gave exactly engine.Allocate's shares on the observed demand; all needed the boundary tolerance")
 	}
 	if borrowed == 0 {
 		t.Errorf("no client ever got more than the default share %d: nothing was borrowed", def)
