@@ -183,7 +183,7 @@ func TestFloodKeepsKnownClients(t *testing.T) {
 	before := float64(knownBefore) / quiet.Seconds()
 	during := float64(knownDuring) / flood.Seconds()
 	t.Logf("flood: %d requests from %d distinct ids (id space %d), outcomes %v", sent.Load(), min(sent.Load(), floodIDs), floodIDs, floodOutcomes)
-	t.Logf("known-client throughput: %.0f req/s without the flood, %.0f req/s during it: ratio %.2f (target ≥ 0.8; taken on a shared box)",
+	t.Logf("known-client throughput: %.0f req/s without the flood, %.0f req/s during it: ratio %.2f (the test's own load generator shares the CPUs with Envoy, so this is not the filter's cost: make bench-envoy's flood row measures that)",
 		before, during, during/before)
 	t.Logf("worst aligned window %.2f × capacity", worst)
 }
