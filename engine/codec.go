@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Shared values are compact, versioned, fixed-layout little-endian records:
@@ -248,44 +249,89 @@ func appendBucket(dst []byte, b *bucketVal) []byte {
 
 // decodeBucket fills b from raw, reusing b's slice.
 func decodeBucket(raw []byte, b *bucketVal) error {
-	if len(raw) < bucketHead || raw[0] != bucketVersion {
-		return fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
+	n, overflow, err := bucketHeader(raw)
+	if err != nil {
+		return err
 	}
-	n := int(raw[1])
-	if n > bucketSlots || len(raw) != bucketHead+n*entryLen || raw[2]&^1 != 0 {
-		return fmt.Errorf("%w: bucket of %d entries in %d bytes", errCorrupt, n, len(raw))
-	}
-	le := binary.LittleEndian
-	b.overflow = raw[2]&1 != 0
+	b.overflow = overflow
 	b.entries = b.entries[:0]
+	var hashes [bucketSlots]uint64
 	p := raw[bucketHead:]
 	for i := 0; i < n; i++ {
-		e := entry{
-			hash:    le.Uint64(p),
-			created: le.Uint64(p[8:]),
-			since:   int64(le.Uint64(p[16:])),
-			window:  int64(le.Uint64(p[24:])),
-			plan:    le.Uint64(p[32:]),
-			share:   int64(le.Uint64(p[40:])),
-			granted: int64(le.Uint64(p[48:])),
-			demand:  int64(le.Uint64(p[56:])),
-			prev:    math.Float64frombits(le.Uint64(p[64:])),
-			active:  int64(le.Uint64(p[72:])),
-			tries:   int64(le.Uint64(p[80:])),
-		}
-		if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
-			e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
-			e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
-			e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries {
-			return fmt.Errorf("%w: impossible entry", errCorrupt)
-		}
-		for j := range b.entries {
-			if b.entries[j].hash == e.hash {
-				return fmt.Errorf("%w: duplicate entry", errCorrupt)
-			}
+		e, err := decodeEntry(p)
+		if err != nil {
+			return err
 		}
 		b.entries = append(b.entries, e)
+		hashes[i] = e.hash
 		p = p[entryLen:]
 	}
+	// Sorted, duplicates are neighbours: O(n log n) rather than comparing
+	// every pair, on a path a flood of new ids takes once per request.
+	slices.Sort(hashes[:n])
+	for i := 1; i < n; i++ {
+		if hashes[i] == hashes[i-1] {
+			return fmt.Errorf("%w: duplicate entry", errCorrupt)
+		}
+	}
 	return nil
+}
+
+// bucketHeader checks raw's version and length and returns its entry count
+// and overflow flag.
+func bucketHeader(raw []byte) (n int, overflow bool, err error) {
+	if len(raw) < bucketHead || raw[0] != bucketVersion {
+		return 0, false, fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
+	}
+	n = int(raw[1])
+	if n > bucketSlots || len(raw) != bucketHead+n*entryLen || raw[2]&^1 != 0 {
+		return 0, false, fmt.Errorf("%w: bucket of %d entries in %d bytes", errCorrupt, n, len(raw))
+	}
+	return n, raw[2]&1 != 0, nil
+}
+
+// lookupBucket finds the entry of hash h in raw without decoding the
+// others: a lookup reads one entry, whatever the bucket holds. Only that
+// entry is checked; the writer of the bucket decodes, and so checks, all of
+// it (decodeBucket).
+func lookupBucket(raw []byte, h uint64) (e entry, found, overflow bool, err error) {
+	n, overflow, err := bucketHeader(raw)
+	if err != nil {
+		return entry{}, false, false, err
+	}
+	p := raw[bucketHead:]
+	for i := 0; i < n; i++ {
+		if binary.LittleEndian.Uint64(p) == h {
+			e, err := decodeEntry(p)
+			return e, err == nil, overflow, err
+		}
+		p = p[entryLen:]
+	}
+	return entry{}, false, overflow, nil
+}
+
+// decodeEntry decodes the entry at the start of p and checks that its
+// fields are possible.
+func decodeEntry(p []byte) (entry, error) {
+	le := binary.LittleEndian
+	e := entry{
+		hash:    le.Uint64(p),
+		created: le.Uint64(p[8:]),
+		since:   int64(le.Uint64(p[16:])),
+		window:  int64(le.Uint64(p[24:])),
+		plan:    le.Uint64(p[32:]),
+		share:   int64(le.Uint64(p[40:])),
+		granted: int64(le.Uint64(p[48:])),
+		demand:  int64(le.Uint64(p[56:])),
+		prev:    math.Float64frombits(le.Uint64(p[64:])),
+		active:  int64(le.Uint64(p[72:])),
+		tries:   int64(le.Uint64(p[80:])),
+	}
+	if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
+		e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
+		e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
+		e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries {
+		return entry{}, fmt.Errorf("%w: impossible entry", errCorrupt)
+	}
+	return e, nil
 }

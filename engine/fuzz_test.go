@@ -80,7 +80,20 @@ func FuzzCodecs(f *testing.F) {
 				if e := &b.entries[i]; e.granted > e.share {
 					t.Fatalf("accepted an entry with granted %d > share %d", e.granted, e.share)
 				}
+				// A lookup finds what the whole decode found.
+				if got, found, overflow, err := lookupBucket(raw, b.entries[i].hash); err != nil || !found || got != b.entries[i] || overflow != b.overflow {
+					t.Fatalf("lookup of entry %d: %+v %v %v %v, decoded %+v", i, got, found, overflow, err, b.entries[i])
+				}
 			}
+		}
+		// A lookup never finds what is not there, nor accepts a value the
+		// whole decode refuses for its header.
+		if _, _, err := bucketHeader(raw); err == nil {
+			if _, found, _, _ := lookupBucket(raw, 0); found {
+				t.Fatalf("lookup found hash 0, which no entry may have")
+			}
+		} else if _, _, _, err := lookupBucket(raw, 1); err == nil {
+			t.Fatalf("lookup accepted a bucket whose header is refused")
 		}
 	})
 }

@@ -360,6 +360,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 // just refused, or told to wait once proven, touch no shared state.
 func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	r := l.reg
+	defer r.forgetRead() // find's read serves this request only
 	if id, ok := r.refused[h]; ok && id == r.view.id {
 		return l.tableFull(t)
 	}

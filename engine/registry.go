@@ -34,10 +34,11 @@ type registry struct {
 
 	registeredNow int // set by scan: clients the scanned plan counts first
 
-	buf     []byte
-	bkt     bucketVal
-	scratch planScratch
-	corrupt []corruptKey
+	buf      []byte
+	bkt      bucketVal
+	lastRead bucketRead // see getBucket
+	scratch  planScratch
+	corrupt  []corruptKey
 }
 
 type corruptKey struct {
@@ -146,29 +147,56 @@ func (r *registry) adopt(p plan, cas uint32) {
 func (r *registry) find(h uint64) (b int, e entry, found bool, err error) {
 	b = r.home(h)
 	for probe := 0; probe <= maxProbe; probe++ {
-		raw, _, err := r.store.Get(r.key(b))
-		if errors.Is(err, ErrNotFound) {
-			return 0, entry{}, false, nil
-		}
-		if err != nil {
+		raw, cas, err := r.store.Get(r.key(b))
+		missing := errors.Is(err, ErrNotFound)
+		if err != nil && !missing {
 			r.obs.StoreFailure("get bucket", err)
 			return 0, entry{}, false, err
 		}
-		if err := decodeBucket(raw, &r.bkt); err != nil {
+		r.lastRead = bucketRead{bucket: b, raw: raw, cas: cas, missing: missing, valid: true}
+		if missing {
+			return 0, entry{}, false, nil
+		}
+		e, found, overflow, err := lookupBucket(raw, h)
+		if err != nil {
 			r.obs.ValueReset(r.key(b), err)
 			return 0, entry{}, false, err
 		}
-		for _, x := range r.bkt.entries {
-			if x.hash == h {
-				return b, x, true, nil
-			}
+		if found {
+			return b, e, true, nil
 		}
-		if !r.bkt.overflow {
+		if !overflow {
 			return 0, entry{}, false, nil
 		}
 		b = (b + 1) & (r.nb - 1)
 	}
 	return 0, entry{}, false, nil
+}
+
+// bucketRead is the last bucket find read, kept for one use by the place
+// that follows it: a newcomer's lookup and registration then cost one read
+// of its bucket, not two. A stale one costs only a failed CAS and a re-read.
+type bucketRead struct {
+	bucket  int
+	raw     []byte
+	cas     uint32
+	missing bool
+	valid   bool
+}
+
+// forgetRead drops find's read, so that no later request acts on it.
+func (r *registry) forgetRead() { r.lastRead = bucketRead{} }
+
+// getBucket reads bucket b, or takes find's read of it.
+func (r *registry) getBucket(b int) ([]byte, uint32, error) {
+	if last := r.lastRead; last.valid && last.bucket == b {
+		r.forgetRead()
+		if last.missing {
+			return nil, 0, ErrNotFound
+		}
+		return last.raw, last.cas, nil
+	}
+	return r.store.Get(r.key(b))
 }
 
 // errFull: the newcomer cannot be registered (table or probe path full).
@@ -272,7 +300,7 @@ func (r *registry) countPending() error {
 func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 	key := r.key(b)
 	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
-		raw, cas, err := r.store.Get(key)
+		raw, cas, err := r.getBucket(b)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			r.bkt.overflow, r.bkt.entries, cas = false, r.bkt.entries[:0], casCreate

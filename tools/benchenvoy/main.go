@@ -36,6 +36,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -52,7 +53,11 @@ func main() {
 	flag.IntVar(&o.Clients, "clients", 50, "distinct client ids, rotated per request")
 	flag.StringVar(&o.Route, "route", RouteDirect, "ingress route: direct (direct_response) or proxy (the shipped hop to the demo upstream)")
 	flag.StringVar(&o.Dir, "logs", "", "directory for Envoy configs and logs (default a temporary one)")
+	only := flag.String("only", "", "comma-separated variants to measure besides the baselines local_ratelimit, noop and borrowcycle (default all)")
 	flag.Parse()
+	if *only != "" {
+		o.Only = strings.Split(*only, ",")
+	}
 	o.Progress = os.Stderr
 
 	res, err := Run(o)

@@ -47,7 +47,10 @@ type Options struct {
 	Connections, Clients   int
 	Route                  string
 	Dir                    string
-	Progress               io.Writer // progress lines; the table is the caller's
+	// Only, when set, measures just these variants besides the baselines
+	// the table divides by (noop, local_ratelimit, borrowcycle).
+	Only     []string
+	Progress io.Writer // progress lines; the table is the caller's
 }
 
 func (o Options) clientIDs() []string {
@@ -90,6 +93,9 @@ func (o *Options) check() error {
 	}
 	if o.Rounds < 1 || o.Connections < 1 || o.Clients < 1 {
 		errs = append(errs, errors.New("-rounds, -connections and -clients must be >= 1"))
+	}
+	if bad := unknownVariants(o.Only); len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("-only: no variant %s", strings.Join(bad, ", ")))
 	}
 	if o.Route != RouteDirect && o.Route != RouteProxy {
 		errs = append(errs, fmt.Errorf("-route %q: want %s or %s", o.Route, RouteDirect, RouteProxy))
@@ -194,7 +200,7 @@ func Run(o Options) (_ *Results, err error) {
 		return nil, err
 	}
 	version, _ := exec.Command(o.Envoy, "--version").Output()
-	res := &Results{Options: o, Placement: pl, EnvoyVer: strings.TrimSpace(string(version)), Variants: variants(o)}
+	res := &Results{Options: o, Placement: pl, EnvoyVer: strings.TrimSpace(string(version)), Variants: selected(variants(o), o.Only)}
 
 	insts, err := startAll(o, pl, res.Variants)
 	defer func() {

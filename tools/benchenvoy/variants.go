@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
@@ -104,6 +105,32 @@ func variants(o Options) []variant {
 		{name: VariantFlood, config: floodConfig, filter: wasmFilter(o.Wasm, floodConfig), flood: floodIDs,
 			expect: expectation{mixed: []int{200, 429}, mixedProbe: floodAnswer}},
 	}
+}
+
+// baselineVariants are the variants every table divides by, so -only
+// always keeps them.
+var baselineVariants = []string{VariantLocalRL, VariantNoop, VariantDefaults}
+
+// selected keeps the variants named in only and the baselines, in table
+// order; an empty only keeps them all.
+func selected(vs []variant, only []string) []variant {
+	if len(only) == 0 {
+		return vs
+	}
+	return slices.DeleteFunc(vs, func(v variant) bool {
+		return !slices.Contains(only, v.name) && !slices.Contains(baselineVariants, v.name)
+	})
+}
+
+// unknownVariants lists the names in only that are no variant.
+func unknownVariants(only []string) []string {
+	var bad []string
+	for _, name := range only {
+		if !slices.ContainsFunc(variants(Options{}), func(v variant) bool { return v.name == name }) {
+			bad = append(bad, name)
+		}
+	}
+	return bad
 }
 
 func wasmFilter(module, config string) func(*envoyrun.Bootstrap) error {

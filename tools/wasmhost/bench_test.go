@@ -66,12 +66,12 @@ func benchRequests() [][][2]string {
 }
 
 // warmHost starts a host and registers every benchmark client, moving the
-// clock past the newcomers' minimum cycle so none is pending; then every
+// clock past the newcomers' minimum cycle (up to 1 s) so none is pending; then every
 // request must get the variant's answer (the noop admits all).
 func warmHost(b *testing.B, module string, vms int, v benchVariant) *Host {
 	h := newHost(b, module, Options{VMs: vms, PluginConfig: benchConfig(module, v)})
 	reqs := benchRequests()
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 6; round++ {
 		h.DriveAll(reqs, RoundRobin(vms))
 		h.Clock().Advance(200 * time.Millisecond)
 		if err := h.TickAll(); err != nil {
