@@ -23,7 +23,7 @@ const AccessLogProperty = "borrowcycle"
 // percent-encoded outside printable ASCII. The buffer is reused: a VM runs
 // one callback at a time and the host copies the record.
 type accessLog struct {
-	heads  []string // "limit=<name> action=" per limit
+	heads  []string // "limit=<name> action=" per limit; "" when access_log is off
 	logIDs []bool
 	buf    []byte
 }
@@ -31,15 +31,18 @@ type accessLog struct {
 func newAccessLog(limits []Config) accessLog {
 	a := accessLog{heads: make([]string, len(limits)), logIDs: make([]bool, len(limits)), buf: make([]byte, 0, 160)}
 	for i := range limits {
-		a.heads[i] = "limit=" + limits[i].Name + " action="
+		if limits[i].AccessLog {
+			a.heads[i] = "limit=" + limits[i].Name + " action="
+		}
 		a.logIDs[i] = limits[i].LogClientID
 	}
 	return a
 }
 
-// record is the record of o; nil when no limit decided.
+// record is the record of o; nil when no limit decided, or when the limit
+// that decided has access_log off.
 func (a *accessLog) record(o Outcome) []byte {
-	if !o.Matched() || o.Limit >= len(a.heads) {
+	if !o.Matched() || o.Limit >= len(a.heads) || a.heads[o.Limit] == "" {
 		return nil
 	}
 	d := &o.Decision

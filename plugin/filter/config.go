@@ -40,6 +40,7 @@ type Config struct {
 	MaxClientIDBytes int
 	Name             string
 	DebugHeaders     bool
+	AccessLog        bool  // decided requests get the access-log record
 	LogClientID      bool  // the access-log record carries the raw id
 	Cost             int64 // units each matched request takes
 	Match            Match // which requests the limit decides; empty: all
@@ -87,6 +88,7 @@ type rawConfig struct {
 	MaxClientIDBytes json.RawMessage `json:"max_client_id_bytes"`
 	Name             json.RawMessage `json:"name"`
 	DebugHeaders     json.RawMessage `json:"debug_headers"`
+	AccessLog        json.RawMessage `json:"access_log"`
 	LogClientID      json.RawMessage `json:"log_client_id"`
 	Cost             json.RawMessage `json:"cost"`
 	Match            json.RawMessage `json:"match"`
@@ -189,6 +191,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	cfg.MaxClientIDBytes = int(p.integer("max_client_id_bytes", raw.MaxClientIDBytes, DefaultMaxClientIDBytes, 1, maxClientIDBytesLimit, false))
 	cfg.Name = p.name("name", raw.Name, DefaultName)
 	cfg.DebugHeaders = p.boolean("debug_headers", raw.DebugHeaders, false)
+	cfg.AccessLog = p.boolean("access_log", raw.AccessLog, true)
 	cfg.LogClientID = p.boolean("log_client_id", raw.LogClientID, false)
 	cfg.Cost = p.integer("cost", raw.Cost, 1, 1, maxCost, false)
 	cfg.Match = p.match("match", raw.Match)
@@ -321,6 +324,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Name
 	case "debug_headers":
 		return &r.DebugHeaders
+	case "access_log":
+		return &r.AccessLog
 	case "log_client_id":
 		return &r.LogClientID
 	case "cost":

@@ -202,8 +202,8 @@ func limitSummary(c *Config) string {
 	e := &c.Engine
 	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client header %q, mode %s, "+
 		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, failure_mode_deny %t, headers %s (on allowed: %t), "+
-		"status %d, max_client_id_bytes %d, debug_headers %t, log_client_id %t",
+		"status %d, max_client_id_bytes %d, debug_headers %t, access_log %t, log_client_id %t",
 		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientHeader, mode,
 		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
-		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.LogClientID)
+		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.AccessLog, c.LogClientID)
 }

@@ -165,6 +165,7 @@ func TestLimitsValidation(t *testing.T) {
 		{`{` + top + `"limits": [{"name": "h", "unlimited": 1}]}`, `limits[0].unlimited: must be a boolean, got a number`},
 		{`{` + top + `"limits": [{"name": "h", "unlimited": true}]}`, `limits: every limit is unlimited: at least one must limit`},
 		{`{` + top + `"log_client_id": "yes"}`, `log_client_id: must be a boolean, got a string`},
+		{`{` + top + `"access_log": 0}`, `access_log: must be a boolean, got a number`},
 		{`{` + top + `"match": {"methods": ["GET"]}, "cost": 2.5}`, `cost: must be an integer in [1, 1048576], got 2.5`},
 	}
 	for _, c := range cases {
@@ -271,5 +272,20 @@ func TestAccessLogRecord(t *testing.T) {
 	}
 	if got := f.AccessLog(Outcome{Limit: -1}); got != nil {
 		t.Errorf("unmatched request has record %q, want none", got)
+	}
+}
+
+// access_log false is inherited like the other fields, and a limit may
+// turn it back on: only its decisions get a record.
+func TestAccessLogOff(t *testing.T) {
+	f, clock := mustFilter(t, `{"capacity": 2, "cycle": "10s", "access_log": false, "limits": [
+		{"name": "search", "match": {"path_prefix": "/search"}},
+		{"name": "rest", "access_log": true}]}`)
+	clock.Advance(time.Second)
+	if got := f.AccessLog(f.Decide(headers{{":path", "/search"}, {"x-client-id", "alice"}})); got != nil {
+		t.Errorf("search (access_log off) has record %q, want none", got)
+	}
+	if got := string(f.AccessLog(f.Decide(headers{{":path", "/"}, {"x-client-id", "alice"}}))); !strings.HasPrefix(got, "limit=rest action=allowed") {
+		t.Errorf("rest (access_log on) has record %q, want limit=rest's", got)
 	}
 }

@@ -44,7 +44,7 @@ func TestSmoke(t *testing.T) {
 	}
 	want := map[string]string{
 		VariantNone: "2xx", VariantLocalRL: "2xx", VariantNoop: "2xx",
-		VariantDefaults: "2xx", VariantNoHeaders: "2xx", VariantReject: "4xx",
+		VariantDefaults: "2xx", VariantNoHeaders: "2xx", VariantLean: "2xx", VariantReject: "4xx",
 		VariantFlood: "2xx+4xx",
 	}
 	for _, row := range rows {
@@ -405,5 +405,28 @@ func TestBootstrapRewrites(t *testing.T) {
 		if v.config != "" && !strings.Contains(out, v.config) {
 			t.Errorf("%s: plugin configuration %s not in the bootstrap", v.name, v.config)
 		}
+	}
+}
+
+// -only keeps the named variants and the baselines the table divides by,
+// in table order, and names what it does not know.
+func TestOnlySelectsVariants(t *testing.T) {
+	names := func(vs []variant) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.name)
+		}
+		return out
+	}
+	got := names(selected(variants(Options{}), []string{VariantReject}))
+	want := []string{VariantLocalRL, VariantNoop, VariantDefaults, VariantReject}
+	if !slices.Equal(got, want) {
+		t.Errorf("-only %s selects %v, want %v", VariantReject, got, want)
+	}
+	if all := selected(variants(Options{}), nil); len(all) != len(variants(Options{})) {
+		t.Errorf("no -only selects %d variants, want all %d", len(all), len(variants(Options{})))
+	}
+	if bad := unknownVariants([]string{VariantLean, "borrowcycle-fast"}); !slices.Equal(bad, []string{"borrowcycle-fast"}) {
+		t.Errorf("unknown variants %v, want [borrowcycle-fast]", bad)
 	}
 }

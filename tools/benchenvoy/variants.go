@@ -18,6 +18,7 @@ const (
 	VariantNoop      = "noop"
 	VariantDefaults  = "borrowcycle"
 	VariantNoHeaders = "borrowcycle-noheaders"
+	VariantLean      = "borrowcycle-lean"
 	VariantReject    = "borrowcycle-reject"
 	VariantFlood     = "borrowcycle-flood"
 )
@@ -28,6 +29,10 @@ const (
 const (
 	admitConfig     = `{"capacity": 1000000000000, "cycle": "10s"}`
 	noHeadersConfig = `{"capacity": 1000000000000, "cycle": "10s", "headers_on_allowed": false}`
+	// lean is the decision alone: no headers and no access-log record, so
+	// that noheaders − lean is the record's cost and lean − noop the
+	// decision's (the clock read included).
+	leanConfig = `{"capacity": 1000000000000, "cycle": "10s", "headers_on_allowed": false, "access_log": false}`
 	// A share of about 4 per client per hour: after the settle probes have
 	// spent it, every request is an over_limit 429 until the run ends.
 	// min_cycle is cut from its default (6 min) so that the 50 newcomers are
@@ -99,6 +104,8 @@ func variants(o Options) []variant {
 		{name: VariantDefaults, config: admitConfig, filter: wasmFilter(o.Wasm, admitConfig),
 			expect: expectation{status: 200, probe: headerPresent("x-ratelimit-limit")}},
 		{name: VariantNoHeaders, config: noHeadersConfig, filter: wasmFilter(o.Wasm, noHeadersConfig),
+			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
+		{name: VariantLean, config: leanConfig, filter: wasmFilter(o.Wasm, leanConfig),
 			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
 		{name: VariantReject, config: rejectConfig, filter: wasmFilter(o.Wasm, rejectConfig),
 			expect: expectation{status: 429, probe: headerIs("x-borrowcycle-reason", "over_limit")}},
