@@ -238,8 +238,8 @@ func TestCostChargesUnits(t *testing.T) {
 	r := f.Reply(o)
 	// The clock starts on a window boundary and moved 1 s: the aligned
 	// 10 s window ends in 9 s.
-	if r.Headers[3] != [2]string{"retry-after", "9"} {
-		t.Errorf("retry-after = %q, want the end of the aligned window", r.Headers[3])
+	if r.Headers[2] != [2]string{"retry-after", "9"} {
+		t.Errorf("retry-after = %q, want the end of the aligned window", r.Headers[2])
 	}
 	// Limits are separate pools: search is untouched by export.
 	o = f.Decide(headers{{":path", "/search"}, {"x-client-id", "alice"}})

@@ -10,17 +10,15 @@ import (
 
 // Header names of docs/contract.md.
 const (
-	hdrContentType   = "content-type"
-	hdrRateLimited   = "x-envoy-ratelimited"
-	hdrReason        = "x-borrowcycle-reason"
-	hdrRetryAfter    = "retry-after"
-	hdrLimit         = "x-ratelimit-limit"
-	hdrRemaining     = "x-ratelimit-remaining"
-	hdrReset         = "x-ratelimit-reset"
-	hdrPolicy        = "ratelimit-policy"
-	hdrRateLimit     = "ratelimit"
-	hdrDebugCycle    = "x-borrowcycle-cycle"
-	contentTypePlain = "text/plain"
+	hdrRateLimited = "x-envoy-ratelimited"
+	hdrReason      = "x-borrowcycle-reason"
+	hdrRetryAfter  = "retry-after"
+	hdrLimit       = "x-ratelimit-limit"
+	hdrRemaining   = "x-ratelimit-remaining"
+	hdrReset       = "x-ratelimit-reset"
+	hdrPolicy      = "ratelimit-policy"
+	hdrRateLimit   = "ratelimit"
+	hdrDebugCycle  = "x-borrowcycle-cycle"
 )
 
 // rejectionBodies are the one-line bodies of local replies, one per reason.
@@ -85,7 +83,7 @@ func newResponder(cfg *Config) responder {
 // reply plans the local reply for a rejected decision.
 func (r *responder) reply(d engine.Decision) Reply {
 	r.buf = r.buf[:0]
-	h := append(r.headers[:0], [2]string{hdrContentType, contentTypePlain}, [2]string{hdrReason, d.Reason.String()})
+	h := append(r.headers[:0], [2]string{hdrReason, d.Reason.String()})
 	if d.Reason != engine.ReasonAnonymous {
 		h = append(h,
 			[2]string{hdrRateLimited, "true"},

@@ -2,6 +2,7 @@ package wasmhost
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -163,7 +164,12 @@ func proxySendLocalResponse(vm *VM, mem api.Memory, s []uint64) Status {
 	}
 	// Envoy sends the reply after the callback returns; the stream records
 	// it and Do builds the response then.
-	st.local = &localReply{status: int(arg(s, 0)), body: string(body), headers: lowerKeys(headers)}
+	headers = lowerKeys(headers)
+	if len(body) > 0 && !slices.ContainsFunc(headers, func(kv [2]string) bool { return kv[0] == "content-type" }) {
+		// As Envoy's local replies do (Utility::sendLocalReply).
+		headers = append(headers, [2]string{"content-type", "text/plain"})
+	}
+	st.local = &localReply{status: int(arg(s, 0)), body: string(body), headers: headers}
 	return StatusOK
 }
 

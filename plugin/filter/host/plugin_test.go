@@ -96,7 +96,6 @@ func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 			t.Errorf("status = %d, want 429", r.local.StatusCode)
 		}
 		checkHeaders(t, r.headers, map[string]string{
-			"content-type":          "text/plain",
 			"x-envoy-ratelimited":   "true",
 			"x-borrowcycle-reason":  "over_limit",
 			"retry-after":           "8", // 7.5 s to the end of the cycle, rounded up
