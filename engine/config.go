@@ -29,8 +29,8 @@ type Config struct {
 	WindowOffset time.Duration
 	// Reservation is the seed policy's reservation fraction, in [0, 1].
 	Reservation float64
-	// Policy computes shares; nil means Seed{Reservation}. It must be Seed
-	// or Static: the engine derives each client's share from the policy's
+	// Policy computes shares; nil means Seed{Reservation}. It must be Seed,
+	// Static or Fair: the engine derives each client's share from the policy's
 	// compact parameters (see compactPolicy).
 	Policy Policy
 	// MaxClients bounds the client table (registered plus pending). A
@@ -97,7 +97,7 @@ func (c Config) Validate() error {
 	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
 	case !isCompact(c.Policy):
-		return fieldErr("policy", "must be engine.Seed or engine.Static, got %s", c.Policy.Name())
+		return fieldErr("policy", "must be engine.Seed, engine.Static or engine.Fair, got %s", c.Policy.Name())
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
 	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:

@@ -15,8 +15,10 @@ import "errors"
 // A worker admits only from units it leased, each unit once, so what a
 // window admits is at most what its budget granted.
 type ledger struct {
-	reg *registry
-	cfg *Config
+	reg  *registry
+	cfg  *Config
+	now  int64      // time of the call being served (Unix ns), for the borrow gate
+	gate borrowGate // limits the take of the lease being sized (fair.go)
 }
 
 // clientState is what this worker holds for one counted client.
@@ -146,7 +148,9 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		if need > 0 {
 			want := leaseSize(e.share-e.granted, need, cs.flushed+cs.unflushed)
 			if want > inHand {
+				g.gate = gateFor(r.pol, p, g.cfg, e.granted+inHand, g.now)
 				got, ok := g.take(want - inHand)
+				g.gate = borrowGate{}
 				if !ok {
 					return syncStale
 				}
@@ -237,7 +241,7 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		}
 		var moved int64
 		if delta > 0 {
-			moved = min(delta, max(0, v.capacity-v.granted))
+			moved = g.gate.room(min(delta, max(0, v.capacity-v.granted)), v.granted, v.capacity)
 		} else {
 			moved = -min(-delta, v.granted)
 		}

@@ -107,6 +107,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	}
 	cost = max(cost, 1)
 	t := now.UnixNano()
+	l.led.now = t
 	if err := l.current(t); err != nil {
 		return l.failure(t)
 	}
@@ -123,6 +124,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
 	t := now.UnixNano()
+	l.led.now = t
 	if err := l.refresh(t); err != nil {
 		return
 	}

@@ -273,6 +273,9 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		full := int64(math.Min(f, float64(capacity)))
 		want += max(0, full-s.granted[i])
 	}
+	if _, lends := pol.(lender); lends {
+		return // limits, not a partition: the budget and the borrow gate bound the window
+	}
 	if left = max(left, 0); want > left {
 		next.scale = float64(left) / float64(want)
 	}

@@ -177,18 +177,22 @@ func lightRejection(res *Result) float64 {
 }
 
 // stranded is the share left unused by registered clients in cycles where
-// someone was turned away, over all the capacity of the run.
+// someone was turned away, over all the capacity of the run. A cycle
+// strands no more than the capacity it left unused: the fair policy's
+// shares are limits that sum to more than C, not a partition of it.
 func stranded(res *Result) float64 {
 	var unused float64
 	for k := range res.Demand {
 		if sum(res.Rejected[k]) == 0 {
 			continue
 		}
+		var left float64
 		for i, share := range res.Share[k] {
 			if share > 0 {
-				unused += math.Max(0, float64(share-res.Admitted[k][i]))
+				left += math.Max(0, float64(share-res.Admitted[k][i]))
 			}
 		}
+		unused += math.Min(left, math.Max(0, float64(res.Scenario.Capacity-sum(res.Admitted[k]))))
 	}
 	return ratio(unused, float64(res.Scenario.Capacity)*float64(len(res.Demand)))
 }

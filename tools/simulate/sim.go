@@ -108,8 +108,10 @@ func PolicyByName(name string) (engine.Policy, error) {
 		return engine.Seed{}, nil
 	case "static":
 		return engine.Static{}, nil
+	case "fair":
+		return engine.Fair{}, nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want seed or static)", name)
+	return nil, fmt.Errorf("unknown policy %q (want seed, static or fair)", name)
 }
 
 // expand turns client specs into members with their per-cycle demand.

@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"math"
+	"sort"
+)
+
+// Fair is the work-conserving policy (issue 14). Every counted client may
+// take up to the whole capacity; what bounds it is when it asks, in three
+// tiers (borrowGate):
+//
+//   - its guarantee, the default share D = C/N, whatever it asked for
+//     before: a client that comes back after an idle window gets what it
+//     asks up to D at once;
+//   - up to the water level L, it borrows from the pool: capacity that has
+//     accrued in the window so far (elapsed/Cycle × C) and nobody has
+//     taken. Capacity that accrues later holds the other clients' future
+//     guarantees and is never lent;
+//   - beyond L, it borrows only what the pool has held for fairLag of a
+//     window unused: capacity that nobody under the level wanted. This is
+//     what makes the policy work-conserving when the demand it was sized
+//     from has gone.
+//
+// L is the level of a max-min (water-filling) split of C over the previous
+// window's demands: Σ min(dᵢ, L) = C. Water-filling rather than the seed's
+// split by deficit, because the level does not move when a client already
+// above it asks for more: retries and inflated attempts buy no priority,
+// while a split by deficit pays every extra attempt.
+//
+// Its shares (Decision.Limit) are the capacity, not a partition: the
+// window budget keeps the capacity promise, and the gate the guarantee.
+type Fair struct{}
+
+// Name implements Policy.
+func (Fair) Name() string { return "fair" }
+
+// fairLevel is params[1]: the water level, or the capacity itself when the
+// demands fit. fairCapacity is params[2].
+const (
+	fairLevel    = 1
+	fairCapacity = 2
+)
+
+// fairLag is how long, as a fraction of the window, pool capacity must sit
+// unused before a client beyond the water level may borrow it: clients
+// under the level have it first.
+const fairLag = 1.0 / 16
+
+// params computes D and the water level L over every client's demand.
+func (Fair) params(capacity int64, demands []float64) policyParams {
+	n := max(len(demands), 1)
+	c := float64(capacity)
+	return policyParams{c / float64(n), waterLevel(c, demands), c}
+}
+
+// capOf is the most a client may hold in the window: the capacity.
+func (Fair) capOf(pp *policyParams, _ float64) float64 { return pp[fairCapacity] }
+
+// tiers are a client's guarantee and its priority limit (the water level,
+// at least the guarantee), in units.
+func (Fair) tiers(pp *policyParams) (guarantee, level float64) {
+	return pp[0], math.Max(pp[0], pp[fairLevel])
+}
+
+// Allocate implements Policy with the split the fair policy settles to
+// when demand is steady: max-min over the demands, what is left over
+// (Σ d < C) spread equally, rounded by largest remainder so the shares sum
+// to exactly capacity. The engine does not use it: a fair client's limit
+// is capOf, and what it gets depends on when it asks.
+func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+	n := len(demands)
+	dst = resize(dst, n)
+	if n == 0 || capacity <= 0 {
+		return dst
+	}
+	level := waterLevel(float64(capacity), demands)
+	caps := scratchFloats(n)
+	var used float64
+	for i, d := range demands {
+		caps[i] = math.Min(sanitize(d), level)
+		used += caps[i]
+	}
+	spare := math.Max(0, float64(capacity)-used) / float64(n)
+	for i := range caps {
+		caps[i] += spare
+	}
+	return largestRemainder(dst, capacity, caps)
+}
+
+// waterLevel is the level L with Σ min(dᵢ, L) = capacity, or capacity when
+// Σ dᵢ ≤ capacity (no level binds: nobody needs to be limited below C).
+func waterLevel(capacity float64, demands []float64) float64 {
+	ds := scratchFloatsCopy(demands)
+	sort.Float64s(ds)
+	left := capacity
+	for i, d := range ds {
+		fair := left / float64(len(ds)-i)
+		if d >= fair {
+			return fair
+		}
+		left -= d
+	}
+	return capacity
+}
+
+func scratchFloatsCopy(xs []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = sanitize(x)
+	}
+	return out
+}
+
+// lender is a policy whose caps sum to more than the capacity: a client
+// beyond its guarantee borrows, and only from the pool (see borrowGate).
+type lender interface {
+	tiers(pp *policyParams) (guarantee, level float64)
+}
+
+// borrowGate limits what one lease may take from the window budget, in
+// the fair policy's three tiers: the client's own units (up to its
+// guarantee) from anywhere in the budget; up to the water level, only
+// capacity accrued by now and not granted; beyond it, only capacity
+// accrued fairLag ago and still not granted. Zero value: no gate.
+type borrowGate struct {
+	on      bool
+	own     int64   // units the lease may take within the client's guarantee
+	level   int64   // units the lease may take within the water level
+	elapsed float64 // fraction of the window elapsed, in [0, 1]
+}
+
+// room is how many units a take may move from a budget that has granted
+// granted of capacity, given what the budget alone allows (allowed).
+func (b borrowGate) room(allowed, granted, capacity int64) int64 {
+	if !b.on {
+		return allowed
+	}
+	pool := accrued(capacity, b.elapsed) - granted
+	// The late pool trails the pool by fairLag and catches up at the
+	// window's end, so that everything unused is lendable by then.
+	late := accrued(capacity, (b.elapsed-fairLag)/(1-fairLag)) - granted
+	return max(0, min(allowed, max(b.own, min(b.level, pool), late)))
+}
+
+// accrued is how much of capacity has accrued at fraction f of a window.
+func accrued(capacity int64, f float64) int64 {
+	return int64(math.Floor(math.Max(0, f) * float64(capacity)))
+}
+
+// gateFor is the gate of a lease for a client that has been granted
+// granted units, under plan p at time t (Unix ns).
+func gateFor(pol compactPolicy, p *plan, cfg *Config, granted, t int64) borrowGate {
+	l, ok := pol.(lender)
+	if !ok {
+		return borrowGate{}
+	}
+	g, lv := l.tiers(&p.params)
+	return borrowGate{
+		on:      true,
+		own:     max(0, int64(math.Floor(g))-granted),
+		level:   max(0, int64(math.Floor(lv))-granted),
+		elapsed: windowElapsed(p, cfg, t),
+	}
+}
+
+// windowElapsed is the fraction of p's window elapsed at t, in [0, 1].
+func windowElapsed(p *plan, cfg *Config, t int64) float64 {
+	start, end := planWindow(p, cfg)
+	f := float64(t-start) / float64(end-start)
+	return math.Max(0, math.Min(1, f))
+}
