@@ -276,7 +276,7 @@ func TestShippedScenariosRun(t *testing.T) {
 	names := map[string]bool{}
 	for _, sc := range all {
 		names[sc.Name] = true
-		for _, p := range []string{"seed", "static"} {
+		for _, p := range []string{"seed", "static", "fair"} {
 			res, _, err := Evaluate(sc, p)
 			if err != nil {
 				t.Fatalf("%s/%s: %v", sc.Name, p, err)
@@ -294,7 +294,7 @@ func TestShippedScenariosRun(t *testing.T) {
 }
 
 // TestShippedScenariosKeepTheCap is the capacity promise over every shipped
-// scenario and both policies: no aligned wall window admits more than C,
+// scenario and every policy: no aligned wall window admits more than C,
 // and no client more than its share in a share period. The scenarios with
 // newcomers (churn, spoofing-flood, returning-clients) are the ones an
 // engine that gave each re-plan a fresh capacity would fail.
@@ -304,7 +304,7 @@ func TestShippedScenariosKeepTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sc := range all {
-		for _, p := range []string{"seed", "static"} {
+		for _, p := range []string{"seed", "static", "fair"} {
 			t.Run(sc.Name+"/"+p, func(t *testing.T) {
 				policy, err := PolicyByName(p)
 				if err != nil {
@@ -443,7 +443,7 @@ func TestCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{workedExampleTable, "| Metric | seed | static |", "policy static"} {
+	for _, want := range []string{workedExampleTable, "| Metric | seed | static | fair |", "policy static", "policy fair"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -451,7 +451,7 @@ func TestCLI(t *testing.T) {
 	for _, args := range [][]string{
 		{},
 		{"-all", "-scenario", "steady"},
-		{"-scenario", "steady", "-policy", "fair"},
+		{"-scenario", "steady", "-policy", "water"},
 		{"-scenario", "steady", "-table", "tall"},
 		{"-scenario", "no-such-scenario"},
 	} {
