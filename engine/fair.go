@@ -15,9 +15,12 @@ import (
 //   - up to the water level L, it borrows from the pool: capacity that has
 //     accrued in the window so far (elapsed/Cycle × C) and nobody has
 //     taken. Capacity that accrues later holds the other clients' future
-//     guarantees and is never lent;
-//   - beyond L, it borrows only what the pool has held for fairLag of a
-//     window unused: capacity that nobody under the level wanted. This is
+//     guarantees and is never lent. The level itself accrues (L × elapsed),
+//     so borrowers under it share the pool in step with time, not by who
+//     asks first or most often;
+//   - once it has had L, it borrows only what the pool has held for
+//     fairLag of a window unused: capacity that nobody under the level
+//     wanted. This is
 //     what makes the policy work-conserving when the demand it was sized
 //     from has gone.
 //
@@ -125,7 +128,8 @@ type lender interface {
 type borrowGate struct {
 	on      bool
 	own     int64   // units the lease may take within the client's guarantee
-	level   int64   // units the lease may take within the water level
+	level   int64   // units the lease may take within the water level accrued so far
+	beyond  bool    // the client has had its whole water level: it may use the late pool
 	elapsed float64 // fraction of the window elapsed, in [0, 1]
 }
 
@@ -139,12 +143,17 @@ func (b borrowGate) room(allowed, granted, capacity int64) int64 {
 	// The late pool trails the pool by fairLag and catches up at the
 	// window's end, so that everything unused is lendable by then.
 	late := accrued(capacity, (b.elapsed-fairLag)/(1-fairLag)) - granted
+	if !b.beyond {
+		late = 0 // under its level, a client borrows in step with time only
+	}
 	return max(0, min(allowed, max(b.own, min(b.level, pool), late)))
 }
 
-// accrued is how much of capacity has accrued at fraction f of a window.
+// accrued is how much of capacity has accrued at fraction f of a window,
+// rounded up: a unit is lendable from the moment it starts accruing, so
+// the last one is not stranded until the window's very end.
 func accrued(capacity int64, f float64) int64 {
-	return int64(math.Floor(math.Max(0, f) * float64(capacity)))
+	return int64(math.Ceil(math.Max(0, f) * float64(capacity)))
 }
 
 // gateFor is the gate of a lease for a client that has been granted
@@ -155,11 +164,16 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, granted, t int64) borrowGa
 		return borrowGate{}
 	}
 	g, lv := l.tiers(&p.params)
+	f := windowElapsed(p, cfg, t)
+	// The level accrues over the window like the pool, so that borrowers
+	// under it share the pool in step with time rather than by who asks
+	// first (or most often).
 	return borrowGate{
 		on:      true,
 		own:     max(0, int64(math.Floor(g))-granted),
-		level:   max(0, int64(math.Floor(lv))-granted),
-		elapsed: windowElapsed(p, cfg, t),
+		level:   max(0, int64(math.Max(math.Floor(g), math.Ceil(lv*f)))-granted),
+		beyond:  granted >= int64(math.Floor(lv)),
+		elapsed: f,
 	}
 }
 
@@ -169,3 +183,18 @@ func windowElapsed(p *plan, cfg *Config, t int64) float64 {
 	f := float64(t-start) / float64(end-start)
 	return math.Max(0, math.Min(1, f))
 }
+
+// nextAccrual is when a client the borrow gate held back (gated) may find
+// more in the pool: one unit's accrual time from now. 0 when it was not
+// held back by the gate (only the window's end brings more).
+func (g *ledger) nextAccrual(gated bool) int64 {
+	if !gated {
+		return 0
+	}
+	return g.now + max(1, int64(g.cfg.Cycle)/max(1, g.cfg.Capacity))
+}
+
+// waitsForPool reports whether a client exhausted by the borrow gate must
+// still wait at t: before its next accrual, asking the store again cannot
+// help.
+func (cs *clientState) waitsForPool(t int64) bool { return cs.accrues == 0 || t < cs.accrues }

@@ -17,8 +17,9 @@ import "errors"
 type ledger struct {
 	reg  *registry
 	cfg  *Config
-	now  int64      // time of the call being served (Unix ns), for the borrow gate
-	gate borrowGate // limits the take of the lease being sized (fair.go)
+	now     int64      // time of the call being served (Unix ns), for the borrow gate
+	gate    borrowGate // limits the take of the lease being sized (fair.go)
+	clipped bool       // the last take was cut by the gate, not the budget
 }
 
 // clientState is what this worker holds for one counted client.
@@ -35,6 +36,7 @@ type clientState struct {
 	flushed   int64  // units this worker wrote in window
 	fresh     bool   // registered in this window (counts as a newcomer)
 	exhausted bool   // nothing left (share or window budget) at the last sync
+	accrues   int64  // when exhausted by the borrow gate: when the pool next grows (Unix ns), else 0
 	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
@@ -44,7 +46,7 @@ type clientState struct {
 // another window are over.
 func (cs *clientState) reset(k int64) {
 	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
-	cs.used, cs.exhausted, cs.unusable = false, false, 0
+	cs.used, cs.exhausted, cs.unusable, cs.accrues = false, false, 0, 0
 }
 
 type syncResult uint8
@@ -182,6 +184,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		// A request costing more than is left is refused without making
 		// the client exhausted: a cheaper one may still fit.
 		cs.exhausted = e.granted >= e.share || budgetShort
+		cs.accrues = g.nextAccrual(budgetShort && g.clipped)
 		return syncOK
 	}
 	r.obs.StoreFailure("sync client", ErrRetriesExhausted)
@@ -241,7 +244,9 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		}
 		var moved int64
 		if delta > 0 {
-			moved = g.gate.room(min(delta, max(0, v.capacity-v.granted)), v.granted, v.capacity)
+			allowed := min(delta, max(0, v.capacity-v.granted))
+			moved = g.gate.room(allowed, v.granted, v.capacity)
+			g.clipped = moved < allowed
 		} else {
 			moved = -min(-delta, v.granted)
 		}

@@ -307,7 +307,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		}
 		return l.admit(t, cs)
 	}
-	if current && cs.exhausted && !l.flushDue(cs) {
+	if current && cs.exhausted && !l.flushDue(cs) && cs.waitsForPool(t) {
 		return l.overLimit(t, cs)
 	}
 	switch l.led.sync(cs, cost-max(cs.lease, 0), false) {
@@ -507,7 +507,11 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	if cs.fresh && cs.share == 0 {
 		reason = ReasonPending
 	}
-	d := l.reject(reason, reset, reset)
+	retryAfter := reset
+	if cs.accrues > t {
+		retryAfter = time.Duration(cs.accrues - t) // the borrow gate: when the pool next grows
+	}
+	d := l.reject(reason, reset, retryAfter)
 	d.Limit = cs.share
 	// A request costing more than is left takes nothing: the units stay
 	// the client's, and the headers say so.
