@@ -37,7 +37,7 @@ func TestFairAllocateIsMaxMin(t *testing.T) {
 	}{
 		{[]float64{10, 20, 30, 50}, []int64{10, 20, 30, 40}},
 		{[]float64{0, 10, 10, 20}, []int64{15, 25, 25, 35}}, // 60 spare, 15 each
-		{[]float64{0, 0, 0, 0}, []int64{25, 25, 25, 25}}, // spare spread equally
+		{[]float64{0, 0, 0, 0}, []int64{25, 25, 25, 25}},    // spare spread equally
 		{[]float64{1000, 10, 10, 10, 10}, []int64{60, 10, 10, 10, 10}},
 	} {
 		got := Fair{}.Allocate(nil, 100, tc.demands)

@@ -15,8 +15,8 @@ import "errors"
 // A worker admits only from units it leased, each unit once, so what a
 // window admits is at most what its budget granted.
 type ledger struct {
-	reg  *registry
-	cfg  *Config
+	reg     *registry
+	cfg     *Config
 	now     int64      // time of the call being served (Unix ns), for the borrow gate
 	gate    borrowGate // limits the take of the lease being sized (fair.go)
 	clipped bool       // the last take was cut by the gate, not the budget
