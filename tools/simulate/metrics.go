@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"sort"
+	"time"
 
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
@@ -20,12 +21,16 @@ type Metrics struct {
 	WindowViolations int
 	ShareViolations  int
 	WorstWindow      float64
-	Utilisation      float64
-	Jain             float64
-	LightRejection   float64
-	InflationGain    float64
-	Stranded         float64
-	Convergence      int
+	// WorstSliding is the most admitted in any interval of one cycle's
+	// length, wherever it starts, over C: up to 2 without pacing (the end
+	// of one window and the start of the next).
+	WorstSliding   float64
+	Utilisation    float64
+	Jain           float64
+	LightRejection float64
+	InflationGain  float64
+	Stranded       float64
+	Convergence    int
 	// StepCycle is the cycle Convergence counts from (0: no step), and
 	// StepDistance the L1 distance from max-min (over the target's total)
 	// in the last cycle judged: how far off allocations settle.
@@ -48,6 +53,7 @@ func Compute(res, inflated *Result) Metrics {
 		WindowViolations: res.Cap.Count(capcheck.OverCapacity),
 		ShareViolations:  res.Cap.Count(capcheck.OverShare) + res.Cap.Count(capcheck.MixedShares),
 		WorstWindow:      worstWindow(res),
+		WorstSliding:     ratio(float64(slidingWorst(res.AdmittedAt, time.Duration(res.Scenario.Cycle))), float64(res.Scenario.Capacity)),
 		Utilisation:      utilisation(res),
 		Jain:             meanJain(res),
 		LightRejection:   lightRejection(res),
@@ -74,6 +80,20 @@ func Compute(res, inflated *Result) Metrics {
 func worstWindow(res *Result) float64 {
 	_, n := res.Cap.WorstWindow()
 	return ratio(float64(n), float64(res.Scenario.Capacity))
+}
+
+// slidingWorst is the most admissions in any half-open interval [t, t+span)
+// over times sorted ascending: two pointers, the interval starting at each
+// admission (an interval holding the most can always start at one).
+func slidingWorst(times []time.Time, span time.Duration) int {
+	most, lo := 0, 0
+	for hi := range times {
+		for times[hi].Sub(times[lo]) >= span {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
 }
 
 // MaxMin is the max-min fair (water-filling) split of capacity over

@@ -58,6 +58,9 @@ type Result struct {
 	// (a client admitted more than its share in one share period).
 	Cap     *capcheck.Checker
 	Reasons map[string]int64
+	// AdmittedAt is the time of every admitted unit, in order, for the
+	// sliding-window metric (see slidingWorst).
+	AdmittedAt []time.Time
 }
 
 // Run simulates sc under policy on a virtual clock and returns what
@@ -431,6 +434,7 @@ func (r *runner) handle(ev event) {
 // (passthrough, store failures) count in their window only.
 func (r *runner) count(at time.Time, d engine.Decision, member int) {
 	window, _, _ := engine.WindowAt(at, r.cycle, 0) // scenarios set no window offset
+	r.res.AdmittedAt = append(r.res.AdmittedAt, at)
 	a := capcheck.Admission{Window: window, Period: d.Cycle}
 	if d.Reason == engine.ReasonOK {
 		a.Client, a.Share = r.members[member].name, d.Limit

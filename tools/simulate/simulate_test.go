@@ -460,3 +460,27 @@ func TestCLI(t *testing.T) {
 		}
 	}
 }
+
+func TestSlidingWorst(t *testing.T) {
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, epoch.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		times []time.Time
+		want  int
+	}{
+		{nil, 0},
+		{at(0), 1},
+		{at(0, 999, 1000), 2},               // [t, t+1s) is half-open
+		{at(900, 950, 1000, 1050, 1899), 5}, // the end of one window and the start of the next
+		{at(0, 500, 1500, 1600, 1700), 3},
+	} {
+		if got := slidingWorst(tc.times, time.Second); got != tc.want {
+			t.Errorf("slidingWorst(%v) = %d, want %d", tc.times, got, tc.want)
+		}
+	}
+}
