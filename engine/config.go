@@ -33,6 +33,12 @@ type Config struct {
 	// Static or Fair: the engine derives each client's share from the policy's
 	// compact parameters (see compactPolicy).
 	Policy Policy
+	// Pace spreads the capacity over the window (pacing.go): a client may
+	// spend Burst of its share at once and the rest accrues linearly, and
+	// any interval of one cycle admits at most (1 + Burst) × Capacity.
+	// Burst is in [0, 1]; it means nothing without Pace.
+	Pace  bool
+	Burst float64
 	// MaxClients bounds the client table (registered plus pending). A
 	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
 	// registered client.
@@ -98,6 +104,8 @@ func (c Config) Validate() error {
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
 	case !isCompact(c.Policy):
 		return fieldErr("policy", "must be engine.Seed, engine.Static or engine.Fair, got %s", c.Policy.Name())
+	case math.IsNaN(c.Burst) || c.Burst < 0 || c.Burst > 1:
+		return fieldErr("burst", "must be in [0, 1], got %v", c.Burst)
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
 	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:

@@ -168,9 +168,13 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, granted, t int64) borrowGa
 	// The level accrues over the window like the pool, so that borrowers
 	// under it share the pool in step with time rather than by who asks
 	// first (or most often).
+	own := int64(math.Floor(g))
+	if cfg.Pace {
+		own = pacedAmount(own, cfg.Burst, f) // the guarantee accrues too
+	}
 	return borrowGate{
 		on:      true,
-		own:     max(0, int64(math.Floor(g))-granted),
+		own:     max(0, own-granted),
 		level:   max(0, int64(math.Max(math.Floor(g), math.Ceil(lv*f)))-granted),
 		beyond:  granted >= int64(math.Floor(lv)),
 		elapsed: f,
@@ -184,10 +188,14 @@ func windowElapsed(p *plan, cfg *Config, t int64) float64 {
 	return math.Max(0, math.Min(1, f))
 }
 
-// nextAccrual is when a client the borrow gate held back (gated) may find
-// more in the pool: one unit's accrual time from now. 0 when it was not
-// held back by the gate (only the window's end brings more).
+// nextAccrual is when a client held back by pacing (g.paceAt) or by the
+// borrow gate (gated) may find more: for the gate, one unit's accrual
+// time from now. 0 when neither held it back (only the window's end
+// brings more).
 func (g *ledger) nextAccrual(gated bool) int64 {
+	if g.paceAt > 0 {
+		return g.paceAt
+	}
 	if !gated {
 		return 0
 	}

@@ -19,7 +19,8 @@ type ledger struct {
 	cfg     *Config
 	now     int64      // time of the call being served (Unix ns), for the borrow gate
 	gate    borrowGate // limits the take of the lease being sized (fair.go)
-	clipped bool       // the last take was cut by the gate, not the budget
+	clipped bool       // the last take was cut by the gate or pacing, not the budget
+	paceAt  int64      // when pacing held the last lease back: when the next unit fits (Unix ns)
 }
 
 // clientState is what this worker holds for one counted client.
@@ -88,6 +89,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 	p := &r.view
 	key := r.key(cs.bucket)
 	var inHand int64 // budget units taken and not yet in the entry
+	g.paceAt = 0
 	defer func() {
 		if inHand > 0 {
 			g.give(inHand)
@@ -148,7 +150,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		var take int64
 		budgetShort := false // the share has room but the window does not
 		if need > 0 {
-			want := leaseSize(e.share-e.granted, need, cs.flushed+cs.unflushed)
+			want := g.leaseWant(&e, need, cs.flushed+cs.unflushed)
 			if want > inHand {
 				g.gate = gateFor(r.pol, p, g.cfg, e.granted+inHand, g.now)
 				got, ok := g.take(want - inHand)
@@ -183,7 +185,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		cs.fresh = isNew(&e, p)
 		// A request costing more than is left is refused without making
 		// the client exhausted: a cheaper one may still fit.
-		cs.exhausted = e.granted >= e.share || budgetShort
+		cs.exhausted = e.granted >= e.share || budgetShort || g.paceAt > 0
 		cs.accrues = g.nextAccrual(budgetShort && g.clipped)
 		return syncOK
 	}
@@ -196,7 +198,8 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 // stale). An unreadable budget grants nothing: it may hide grants, and only
 // the next roller may reset it.
 func (g *ledger) take(n int64) (int64, bool) {
-	return g.adjust(n)
+	got, ok := g.adjust(n)
+	return g.paced(got), ok
 }
 
 // give returns n units to the window budget (a lease returned, or units
