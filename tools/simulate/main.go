@@ -10,7 +10,7 @@
 //
 // Usage:
 //
-//	go run ./tools/simulate -scenario FILE|NAME [-policy seed|static|fair|compare] [-out DIR] [-table auto|wide|long|none]
+//	go run ./tools/simulate -scenario FILE|NAME [-policy seed|static|fair|compare] [-burst F] [-out DIR] [-table auto|wide|long|none]
 //	go run ./tools/simulate -all [-out DIR]
 //	go run ./tools/simulate -list
 //
@@ -36,6 +36,7 @@ type options struct {
 	out      string
 	table    string
 	seed     uint64
+	burst    float64
 }
 
 func main() {
@@ -55,6 +56,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.out, "out", "", "write SVG and PNG charts into `dir`")
 	fs.StringVar(&o.table, "table", "auto", "per-cycle table: wide (the worked example's shape), long (a row per cycle), none, or auto (wide up to 6 cycles; none with -all)")
 	fs.Uint64Var(&o.seed, "seed", 0, "override the scenario's random seed (0 keeps it)")
+	fs.Float64Var(&o.burst, "burst", -1, "pace every scenario with this burst fraction in [0, 1] (negative keeps the scenario's)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -101,6 +103,10 @@ func run(args []string, w io.Writer) error {
 	for _, sc := range scenarios {
 		if o.seed != 0 {
 			sc.Seed = o.seed
+		}
+		if o.burst >= 0 {
+			b := o.burst
+			sc.Burst = &b
 		}
 		rep, err := runScenario(w, sc, policies, o)
 		if err != nil {

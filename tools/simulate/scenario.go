@@ -32,6 +32,9 @@ type Scenario struct {
 	// engine default".
 	Reservation *float64 `yaml:"reservation"`
 	MinCycle    Duration `yaml:"min_cycle"`
+	// Burst turns pacing on (engine Config.Pace) with this burst fraction;
+	// absent, the scenario is not paced.
+	Burst *float64 `yaml:"burst"`
 	IdleCycles  int      `yaml:"idle_cycles"`
 	MaxClients  int      `yaml:"max_clients"`
 	Passthrough bool     `yaml:"passthrough"`

@@ -94,6 +94,9 @@ func EngineConfig(sc *Scenario, policy engine.Policy) engine.Config {
 		cfg.MaxClients = sc.MaxClients
 	}
 	cfg.Passthrough = sc.Passthrough
+	if sc.Burst != nil {
+		cfg.Pace, cfg.Burst = true, *sc.Burst
+	}
 	if seed, ok := policy.(engine.Seed); ok {
 		// The seed policy reads its reservation from itself, not from the
 		// config: keep the two in step.

@@ -484,3 +484,32 @@ func TestSlidingWorst(t *testing.T) {
 		}
 	}
 }
+
+// TestPacingBoundsSlidingCycle is the pacing bound in the simulator: with
+// burst b, no interval of one cycle's length admits more than (1 + b) × C
+// (C + 1 when b × C < 1), on every shipped scenario and policy.
+func TestPacingBoundsSlidingCycle(t *testing.T) {
+	all, err := ShippedScenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, burst := range []float64{0, 0.25} {
+		for _, sc := range all {
+			b := burst
+			sc.Burst = &b
+			for _, p := range []string{"seed", "static", "fair"} {
+				policy, err := PolicyByName(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res := mustRun(t, sc, policy)
+				most := slidingWorst(res.AdmittedAt, time.Duration(sc.Cycle))
+				bound := max(int64((1+b)*float64(sc.Capacity)), sc.Capacity+1)
+				if int64(most) > bound {
+					t.Errorf("%s/%s burst %v: %d admitted in one cycle's length, bound %d", sc.Name, p, b, most, bound)
+				}
+				res.Cap.Check(t)
+			}
+		}
+	}
+}
