@@ -39,6 +39,11 @@ type Config struct {
 	// Burst is in [0, 1]; it means nothing without Pace.
 	Pace  bool
 	Burst float64
+	// Weights maps client ids to positive weights (default 1): a client
+	// of weight w counts as w clients in every policy's equal split
+	// (weights.go). At most MaxWeights entries.
+	Weights       map[string]float64
+	hashedWeights map[uint64]float64 // Weights by client hash, set by New
 	// MaxClients bounds the client table (registered plus pending). A
 	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
 	// registered client.
@@ -106,6 +111,8 @@ func (c Config) Validate() error {
 		return fieldErr("policy", "must be engine.Seed, engine.Static or engine.Fair, got %s", c.Policy.Name())
 	case math.IsNaN(c.Burst) || c.Burst < 0 || c.Burst > 1:
 		return fieldErr("burst", "must be in [0, 1], got %v", c.Burst)
+	case validateWeights(c.Weights) != nil:
+		return validateWeights(c.Weights)
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
 	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:

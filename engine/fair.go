@@ -2,7 +2,6 @@ package engine
 
 import (
 	"math"
-	"sort"
 )
 
 // Fair is the work-conserving policy (issue 14). Every counted client may
@@ -50,10 +49,9 @@ const (
 const fairLag = 1.0 / 16
 
 // params computes D and the water level L over every client's demand.
-func (Fair) params(capacity int64, demands []float64) policyParams {
-	n := max(len(demands), 1)
+func (Fair) params(capacity int64, demands, weights []float64) policyParams {
 	c := float64(capacity)
-	return policyParams{c / float64(n), waterLevel(c, demands), c}
+	return policyParams{c / totalWeight(weights, len(demands)), weightedLevel(c, demands, weights), c}
 }
 
 // capOf is the most a client may hold in the window: the capacity.
@@ -76,7 +74,7 @@ func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 	if n == 0 || capacity <= 0 {
 		return dst
 	}
-	level := waterLevel(float64(capacity), demands)
+	level := weightedLevel(float64(capacity), demands, nil)
 	caps := scratchFloats(n)
 	var used float64
 	for i, d := range demands {
@@ -88,30 +86,6 @@ func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 		caps[i] += spare
 	}
 	return largestRemainder(dst, capacity, caps)
-}
-
-// waterLevel is the level L with Σ min(dᵢ, L) = capacity, or capacity when
-// Σ dᵢ ≤ capacity (no level binds: nobody needs to be limited below C).
-func waterLevel(capacity float64, demands []float64) float64 {
-	ds := scratchFloatsCopy(demands)
-	sort.Float64s(ds)
-	left := capacity
-	for i, d := range ds {
-		fair := left / float64(len(ds)-i)
-		if d >= fair {
-			return fair
-		}
-		left -= d
-	}
-	return capacity
-}
-
-func scratchFloatsCopy(xs []float64) []float64 {
-	out := make([]float64, len(xs))
-	for i, x := range xs {
-		out[i] = sanitize(x)
-	}
-	return out
 }
 
 // lender is a policy whose caps sum to more than the capacity: a client
@@ -156,14 +130,17 @@ func accrued(capacity int64, f float64) int64 {
 	return int64(math.Ceil(math.Max(0, f) * float64(capacity)))
 }
 
-// gateFor is the gate of a lease for a client that has been granted
-// granted units, under plan p at time t (Unix ns).
-func gateFor(pol compactPolicy, p *plan, cfg *Config, granted, t int64) borrowGate {
+// gateFor is the gate of a lease for the client with hash hash that has
+// been granted granted units, under plan p at time t (Unix ns). Its tiers
+// are the per-unit ones times its weight.
+func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t int64) borrowGate {
 	l, ok := pol.(lender)
 	if !ok {
 		return borrowGate{}
 	}
 	g, lv := l.tiers(&p.params)
+	w := cfg.weightOf(hash)
+	g, lv = g*w, lv*w
 	f := windowElapsed(p, cfg, t)
 	// The level accrues over the window like the pool, so that borrowers
 	// under it share the pool in step with time rather than by who asks

@@ -24,8 +24,8 @@ func TestWaterLevel(t *testing.T) {
 		{10, nil, 10},                                 // nobody
 		{30, []float64{math.Inf(1), math.Inf(1)}, 15}, // infinite demands share equally
 	} {
-		if got := waterLevel(tc.capacity, tc.demands); math.Abs(got-tc.want) > 1e-9 {
-			t.Errorf("waterLevel(%v, %v) = %v, want %v", tc.capacity, tc.demands, got, tc.want)
+		if got := weightedLevel(tc.capacity, tc.demands, nil); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("weightedLevel(%v, %v, nil) = %v, want %v", tc.capacity, tc.demands, got, tc.want)
 		}
 	}
 }
@@ -217,7 +217,7 @@ func TestFairLevelIsPriority(t *testing.T) {
 // TestCapHoldsForEveryPolicy is the property test of both invariants
 // (internal/capcheck, through checkOutcomes) for every policy: random clients, costs and times
 // on three workers over one store, across several windows with newcomers
-// and idle clients.
+// and idle clients, with and without weights and pacing.
 func TestCapHoldsForEveryPolicy(t *testing.T) {
 	for _, pol := range []Policy{Seed{Reservation: 0.1}, Static{}, Fair{}} {
 		for seed := uint64(1); seed <= 12; seed++ {
@@ -226,6 +226,12 @@ func TestCapHoldsForEveryPolicy(t *testing.T) {
 				cfg := Defaults(int64(20+rng.IntN(200)), time.Duration(1+rng.IntN(10))*time.Second)
 				cfg.MinCycle = cfg.Cycle / 10
 				cfg.Policy = pol
+				if seed%2 == 0 {
+					cfg.Weights = map[string]float64{"c0": 3, "c1": 0.5}
+				}
+				if seed%3 == 0 {
+					cfg.Pace, cfg.Burst = true, 0.3
+				}
 				store := NewMemStore()
 				workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
 				var outs []outcome

@@ -82,6 +82,7 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 		return nil, &FieldError{Field: "store", Reason: "must not be nil"}
 	}
 	l := &Limiter{cfg: cfg, clock: SystemClock{}, obs: NopObserver{}}
+	l.cfg.hashWeights()
 	for _, o := range opts {
 		o(l)
 	}
