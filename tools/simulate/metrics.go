@@ -100,19 +100,37 @@ func slidingWorst(times []time.Time, span time.Duration) int {
 // demands: nobody gets more than it asked for, and capacity left by small
 // demands is shared equally by the rest.
 func MaxMin(capacity int64, demands []int64) []float64 {
+	return WeightedMaxMin(capacity, demands, nil)
+}
+
+// WeightedMaxMin is MaxMin where a client of weight w counts as w
+// clients: capacity left by small demands is shared in proportion to
+// weight. nil weights are all 1.
+func WeightedMaxMin(capacity int64, demands []int64, weights []float64) []float64 {
+	w := func(i int) float64 {
+		if weights == nil {
+			return 1
+		}
+		return weights[i]
+	}
 	out := make([]float64, len(demands))
 	order := make([]int, 0, len(demands))
+	var wLeft float64
 	for i, d := range demands {
 		if d > 0 {
 			order = append(order, i)
+			wLeft += w(i)
 		}
 	}
-	sort.SliceStable(order, func(a, b int) bool { return demands[order[a]] < demands[order[b]] })
+	sort.SliceStable(order, func(a, b int) bool {
+		return float64(demands[order[a]])/w(order[a]) < float64(demands[order[b]])/w(order[b])
+	})
 	left := float64(capacity)
-	for n, i := range order {
-		fair := left / float64(len(order)-n)
+	for _, i := range order {
+		fair := left / wLeft * w(i)
 		out[i] = math.Min(float64(demands[i]), fair)
 		left -= out[i]
+		wLeft -= w(i)
 	}
 	return out
 }
@@ -140,7 +158,16 @@ func honestTarget(res *Result, k int) []float64 {
 			demand[i] = d
 		}
 	}
-	return MaxMin(res.Scenario.Capacity, demand)
+	return WeightedMaxMin(res.Scenario.Capacity, demand, memberWeightsOf(res))
+}
+
+// memberWeightsOf is each member's weight, in member order.
+func memberWeightsOf(res *Result) []float64 {
+	ws := make([]float64, len(res.Members))
+	for i, m := range res.Members {
+		ws[i] = m.weightOr1()
+	}
+	return ws
 }
 
 // meanJain averages, over cycles with demand, Jain's index of admitted over
@@ -176,8 +203,9 @@ func utilisation(res *Result) float64 {
 }
 
 // lightRejection is the share of light clients' attempts rejected, where a
-// light client in a cycle is an honest one that asked for no more than the
-// default share C/N.
+// light client in a cycle is an honest one that asked for no more than its
+// default share, C/N (w × C/W with weights: W the total weight of the
+// clients registered at the cycle's start).
 func lightRejection(res *Result) float64 {
 	var rejected, demand float64
 	for k := range res.Demand {
@@ -185,15 +213,30 @@ func lightRejection(res *Result) float64 {
 		if n == 0 {
 			continue
 		}
-		def := float64(res.Scenario.Capacity) / float64(n)
+		def := float64(res.Scenario.Capacity) / registeredWeight(res, k, n)
 		for i, d := range res.Demand[k] {
-			if d > 0 && float64(d) <= def && res.Members[i].honest {
+			if d > 0 && float64(d) <= def*res.Members[i].weightOr1() && res.Members[i].honest {
 				demand += float64(d)
 				rejected += float64(d - res.Admitted[k][i])
 			}
 		}
 	}
 	return ratio(rejected, demand)
+}
+
+// registeredWeight is the total weight of the n clients registered at the
+// start of cycle row k: the members with a share, plus weight 1 for any
+// registered id that is not a member (a spoofed one).
+func registeredWeight(res *Result, k, n int) float64 {
+	var w float64
+	members := 0
+	for i, share := range res.Share[k] {
+		if share >= 0 {
+			w += res.Members[i].weightOr1()
+			members++
+		}
+	}
+	return w + float64(max(0, n-members))
 }
 
 // stranded is the share left unused by registered clients in cycles where

@@ -88,6 +88,10 @@ type ClientSpec struct {
 	// fairness metrics are about the honest clients, so these are left out
 	// of the max-min target and of light-client rejection.
 	Adversary bool `yaml:"adversary"`
+	// Weight is each member's weight (engine Config.Weights; 0 means 1):
+	// a member of weight w counts as w clients in the equal split, and
+	// the max-min target and light-client threshold are weighted too.
+	Weight float64 `yaml:"weight"`
 }
 
 // Retry is what a client does with a 429.

@@ -25,6 +25,7 @@ type member struct {
 	register bool
 	honest   bool
 	phase    float64 // where in each request interval it sends, in (0, 1)
+	weight   float64 // its weight in the equal split (1 unless configured)
 	retry    Retry
 	fresh    []int64 // new requests per cycle, index 0 = cycle 1
 }
@@ -97,6 +98,7 @@ func EngineConfig(sc *Scenario, policy engine.Policy) engine.Config {
 	if sc.Burst != nil {
 		cfg.Pace, cfg.Burst = true, *sc.Burst
 	}
+	cfg.Weights = memberWeights(sc)
 	if seed, ok := policy.(engine.Seed); ok {
 		// The seed policy reads its reservation from itself, not from the
 		// config: keep the two in step.
@@ -120,6 +122,36 @@ func PolicyByName(name string) (engine.Policy, error) {
 	return nil, fmt.Errorf("unknown policy %q (want seed, static or fair)", name)
 }
 
+// weightOr1 is the member's weight; a member built without one weighs 1.
+func (m member) weightOr1() float64 {
+	if m.weight <= 0 {
+		return 1
+	}
+	return m.weight
+}
+
+// memberWeights is the engine's weights map: every member of a client
+// spec with a weight, by the member name expand gives it.
+func memberWeights(sc *Scenario) map[string]float64 {
+	var ws map[string]float64
+	for _, spec := range sc.Clients {
+		if spec.Weight <= 0 || spec.Weight == 1 {
+			continue
+		}
+		if ws == nil {
+			ws = map[string]float64{}
+		}
+		for mi := 0; mi < spec.Count; mi++ {
+			name := spec.Name
+			if spec.Count > 1 {
+				name = fmt.Sprintf("%s-%d", spec.Name, mi+1)
+			}
+			ws[name] = spec.Weight
+		}
+	}
+	return ws
+}
+
 // expand turns client specs into members with their per-cycle demand.
 func expand(sc *Scenario, inflate string, factor float64) ([]member, []string) {
 	var members []member
@@ -140,10 +172,14 @@ func expand(sc *Scenario, inflate string, factor float64) ([]member, []string) {
 				register: spec.JoinMode == joinRegister,
 				honest:   !spec.Adversary,
 				phase:    (float64(mi) + 0.5) / float64(spec.Count),
+				weight:   1,
 				retry:    spec.Retry,
 			}
 			if spec.Count > 1 {
 				m.name = fmt.Sprintf("%s-%d", spec.Name, mi+1)
+			}
+			if spec.Weight > 0 {
+				m.weight = spec.Weight
 			}
 			if spec.JoinRate > 0 && spec.Lifetime > 0 {
 				m.leave = m.join + spec.Lifetime

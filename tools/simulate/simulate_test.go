@@ -286,7 +286,7 @@ func TestShippedScenariosRun(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"worked-example", "steady", "bursty", "onoff", "greedy", "step", "flash-crowd", "churn", "retry-amplifier", "spoofing-flood", "returning-clients"} {
+	for _, want := range []string{"worked-example", "steady", "bursty", "onoff", "greedy", "step", "flash-crowd", "churn", "retry-amplifier", "spoofing-flood", "returning-clients", "weighted-tiers"} {
 		if !names[want] {
 			t.Errorf("scenario %s is not shipped", want)
 		}
@@ -510,6 +510,47 @@ func TestPacingBoundsSlidingCycle(t *testing.T) {
 				}
 				res.Cap.Check(t)
 			}
+		}
+	}
+}
+
+func TestWeightedMaxMin(t *testing.T) {
+	got := WeightedMaxMin(100, []int64{80, 40, 40, 5}, []float64{3, 1, 1, 1})
+	want := []float64{57, 19, 19, 5}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("WeightedMaxMin = %v, want %v", got, want)
+		}
+	}
+}
+
+// TestWeightedTiers: in the weighted-tiers scenario every policy gives the
+// premium client (weight 3) about three times a basic client's admitted
+// traffic, once the first window's demand is known.
+func TestWeightedTiers(t *testing.T) {
+	sc, err := LoadScenario("weighted-tiers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"seed", "static", "fair"} {
+		policy, err := PolicyByName(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := mustRun(t, sc, policy)
+		var premium, basic float64
+		for k := 2; k < len(res.Admitted); k++ {
+			for i, m := range res.Members {
+				switch {
+				case m.name == "premium":
+					premium += float64(res.Admitted[k][i])
+				case strings.HasPrefix(m.name, "basic"):
+					basic += float64(res.Admitted[k][i]) / 2
+				}
+			}
+		}
+		if r := premium / basic; r < 2.7 || r > 3.3 {
+			t.Errorf("%s: premium admitted %.0f, a basic client %.0f: ratio %.2f, want about 3", p, premium, basic, r)
 		}
 	}
 }
