@@ -34,7 +34,7 @@ type Scenario struct {
 	MinCycle    Duration `yaml:"min_cycle"`
 	// Burst turns pacing on (engine Config.Pace) with this burst fraction;
 	// absent, the scenario is not paced.
-	Burst *float64 `yaml:"burst"`
+	Burst       *float64 `yaml:"burst"`
 	IdleCycles  int      `yaml:"idle_cycles"`
 	MaxClients  int      `yaml:"max_clients"`
 	Passthrough bool     `yaml:"passthrough"`
