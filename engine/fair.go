@@ -46,7 +46,7 @@ const (
 // fairLag is how long, as a fraction of the window, pool capacity must sit
 // unused before a client beyond the water level may borrow it: clients
 // under the level have it first.
-const fairLag = 1.0 / 16
+const fairLag = 1.0 / 32
 
 // params computes D and the water level L over every client's demand.
 func (Fair) params(capacity int64, demands, weights []float64) policyParams {

@@ -127,6 +127,14 @@ func (g *ledger) paced(got int64) int64 {
 // paced amount of its share; when that is short, g.paceAt says when it
 // is not. (The fair policy paces its guarantee in its gate.)
 func (g *ledger) leaseWant(e *entry, need, seen int64) int64 {
+	if l, lends := g.reg.pol.(lender); lends && !g.cfg.Pace {
+		// Borrowed units are scarce: a lease past the guarantee takes
+		// exactly what is asked, so none sit unused in a worker.
+		guarantee, _ := l.tiers(&g.reg.view.params)
+		if float64(e.granted+need) > guarantee*g.cfg.weightOf(e.hash) {
+			seen = 0
+		}
+	}
 	if !g.cfg.Pace {
 		return leaseSize(e.share-e.granted, need, seen)
 	}
