@@ -60,7 +60,7 @@ func TestBorrowGateRoom(t *testing.T) {
 		{"up to the level from the pool", borrowGate{on: true, own: 0, level: 40, elapsed: 0.5}, 30, 40, 10},
 		{"a unit is lendable as it starts to accrue", borrowGate{on: true, own: 0, level: 40, elapsed: 0.501}, 30, 40, 11},
 		{"the level bounds the pool", borrowGate{on: true, own: 0, level: 3, elapsed: 0.5}, 30, 44, 3},
-		{"beyond the level, the late pool", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 0.5}, 30, 20, 27},
+		{"beyond the level, the late pool", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 0.5}, 30, 20, 29}, // ⌈100 × (0.5 − 1/32) / (31/32)⌉ − 20
 		{"under the level, no late pool", borrowGate{on: true, own: 0, level: 0, elapsed: 0.5}, 30, 20, 0},
 		{"nothing accrued yet", borrowGate{on: true, own: 0, level: 40, elapsed: 0.1}, 30, 20, 0},
 		{"the budget bounds everything", borrowGate{on: true, own: 25, level: 40, elapsed: 1}, 3, 97, 3},
