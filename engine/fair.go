@@ -19,9 +19,10 @@ import (
 //     asks first or most often;
 //   - once it has had L, it borrows only what the pool has held for
 //     fairLag of a window unused: capacity that nobody under the level
-//     wanted. This is
-//     what makes the policy work-conserving when the demand it was sized
-//     from has gone.
+//     wanted; and so may a client at what it has accrued of L, when that
+//     late pool holds more than lateReserve of the capacity. This is what
+//     makes the policy work-conserving when the demand it was sized from
+//     has gone (a stale level), without racing for rounding's odd units.
 //
 // L is the level of a max-min (water-filling) split of C over the previous
 // window's demands: Σ min(dᵢ, L) = C. Water-filling rather than the seed's
@@ -47,6 +48,11 @@ const (
 // unused before a client beyond the water level may borrow it: clients
 // under the level have it first.
 const fairLag = 1.0 / 32
+
+// lateReserve is how much of the capacity the late pool must hold before
+// a client still under its level (held back by its accrual) may take from
+// it: enough to tell a real surplus (demand that went away) from rounding.
+const lateReserve = 1.0 / 16
 
 // params computes D and the water level L over every client's demand.
 func (Fair) params(capacity int64, demands, weights []float64) policyParams {
@@ -100,11 +106,12 @@ type lender interface {
 // capacity accrued by now and not granted; beyond it, only capacity
 // accrued fairLag ago and still not granted. Zero value: no gate.
 type borrowGate struct {
-	on      bool
-	own     int64   // units the lease may take within the client's guarantee
-	level   int64   // units the lease may take within the water level accrued so far
-	beyond  bool    // the client has had its whole water level: it may use the late pool
-	elapsed float64 // fraction of the window elapsed, in [0, 1]
+	on       bool
+	own      int64   // units the lease may take within the client's guarantee
+	level    int64   // units the lease may take within the water level accrued so far
+	beyond   bool    // the client has had its whole water level: it may use the late pool
+	entitled bool    // the client has had what it has accrued of its level: the late pool's surplus
+	elapsed  float64 // fraction of the window elapsed, in [0, 1]
 }
 
 // room is how many units a take may move from a budget that has granted
@@ -117,7 +124,14 @@ func (b borrowGate) room(allowed, granted, capacity int64) int64 {
 	// The late pool trails the pool by fairLag and catches up at the
 	// window's end, so that everything unused is lendable by then.
 	late := accrued(capacity, (b.elapsed-fairLag)/(1-fairLag)) - granted
-	if !b.beyond {
+	switch {
+	case b.beyond:
+	case b.entitled:
+		// Under its level but at what it has accrued of it: only a real
+		// surplus (more than lateReserve of the capacity) is worth a race,
+		// not the odd unit that rounding leaves.
+		late -= int64(lateReserve * float64(capacity))
+	default:
 		late = 0 // under its level, a client borrows in step with time only
 	}
 	return max(0, min(allowed, max(b.own, min(b.level, pool), late)))
@@ -149,12 +163,14 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t in
 	if cfg.Pace {
 		own = pacedAmount(own, cfg.Burst, f) // the guarantee accrues too
 	}
+	entitled := int64(math.Max(math.Floor(g), math.Ceil(lv*f))) // its guarantee, or its level accrued so far
 	return borrowGate{
-		on:      true,
-		own:     max(0, own-granted),
-		level:   max(0, int64(math.Max(math.Floor(g), math.Ceil(lv*f)))-granted),
-		beyond:  granted >= int64(math.Floor(lv)),
-		elapsed: f,
+		on:       true,
+		own:      max(0, own-granted),
+		level:    max(0, entitled-granted),
+		beyond:   granted >= int64(math.Floor(lv)),
+		entitled: granted >= entitled,
+		elapsed:  f,
 	}
 }
 

@@ -62,6 +62,8 @@ func TestBorrowGateRoom(t *testing.T) {
 		{"the level bounds the pool", borrowGate{on: true, own: 0, level: 3, elapsed: 0.5}, 30, 44, 3},
 		{"beyond the level, the late pool", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 0.5}, 30, 20, 29}, // ⌈100 × (0.5 − 1/32) / (31/32)⌉ − 20
 		{"under the level, no late pool", borrowGate{on: true, own: 0, level: 0, elapsed: 0.5}, 30, 20, 0},
+		{"at its accrued level, the late pool past the reserve", borrowGate{on: true, own: 0, level: 0, entitled: true, elapsed: 0.5}, 30, 20, 23}, // 29 − 100/16
+		{"at its accrued level, no rounding dribble", borrowGate{on: true, own: 0, level: 0, entitled: true, elapsed: 0.5}, 30, 44, 0},
 		{"nothing accrued yet", borrowGate{on: true, own: 0, level: 40, elapsed: 0.1}, 30, 20, 0},
 		{"the budget bounds everything", borrowGate{on: true, own: 25, level: 40, elapsed: 1}, 3, 97, 3},
 		{"everything lendable at the end", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 1}, 30, 80, 20},
