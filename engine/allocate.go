@@ -39,16 +39,17 @@ func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 }
 
 // params computes the seed's compact parameters over every client's demand:
-// the default share D, the reservation floor, and the three totals. With
-// them, capOf gives any one client's real-valued cap from its own demand
-// alone, which is what lets a worker derive one client's share without
-// reading the others (see plan.go).
-func (p Seed) params(capacity int64, demands []float64) policyParams {
-	def := float64(capacity) / float64(max(len(demands), 1))
+// the default share D, the reservation floor, and the three totals (per
+// weight unit, see weights.go). With them, capOf gives any one client's
+// real-valued cap from its own demand alone, which is what lets a worker
+// derive one client's share without reading the others (see plan.go).
+func (p Seed) params(capacity int64, demands, weights []float64) policyParams {
+	def := float64(capacity) / totalWeight(weights, len(demands))
 	floor := def * clamp01(p.Reservation)
 	var deficit, surplus float64
-	for _, d := range demands {
-		g := def - math.Max(sanitize(d), floor)
+	for i, d := range demands {
+		w := weightAt(weights, i)
+		g := w * (def - math.Max(sanitize(d)/w, floor))
 		if g < 0 {
 			deficit -= g
 		} else {
@@ -87,8 +88,8 @@ func (p Static) Allocate(dst []int64, capacity int64, demands []float64) []int64
 	return allocateCompact(p, dst, capacity, demands)
 }
 
-func (Static) params(capacity int64, demands []float64) policyParams {
-	return policyParams{float64(capacity) / float64(max(len(demands), 1))}
+func (Static) params(capacity int64, demands, weights []float64) policyParams {
+	return policyParams{float64(capacity) / totalWeight(weights, len(demands))}
 }
 
 func (Static) capOf(pp *policyParams, _ float64) float64 { return pp[0] }
@@ -104,7 +105,7 @@ type policyParams [5]float64
 // implement it.
 type compactPolicy interface {
 	Policy
-	params(capacity int64, demands []float64) policyParams
+	params(capacity int64, demands, weights []float64) policyParams
 	capOf(p *policyParams, demand float64) float64
 }
 
@@ -117,7 +118,7 @@ func allocateCompact(p compactPolicy, dst []int64, capacity int64, demands []flo
 	if n == 0 || capacity <= 0 {
 		return dst
 	}
-	params := p.params(capacity, demands)
+	params := p.params(capacity, demands, nil)
 	caps := scratchFloats(n)
 	for i, d := range demands {
 		caps[i] = p.capOf(&params, d)

@@ -29,10 +29,21 @@ type Config struct {
 	WindowOffset time.Duration
 	// Reservation is the seed policy's reservation fraction, in [0, 1].
 	Reservation float64
-	// Policy computes shares; nil means Seed{Reservation}. It must be Seed
-	// or Static: the engine derives each client's share from the policy's
+	// Policy computes shares; nil means Seed{Reservation}. It must be Seed,
+	// Static or Fair: the engine derives each client's share from the policy's
 	// compact parameters (see compactPolicy).
 	Policy Policy
+	// Pace spreads the capacity over the window (pacing.go): a client may
+	// spend Burst of its share at once and the rest accrues linearly, and
+	// any interval of one cycle admits at most (1 + Burst) × Capacity.
+	// Burst is in [0, 1]; it means nothing without Pace.
+	Pace  bool
+	Burst float64
+	// Weights maps client ids to positive weights (default 1): a client
+	// of weight w counts as w clients in every policy's equal split
+	// (weights.go). At most MaxWeights entries.
+	Weights       map[string]float64
+	hashedWeights map[uint64]float64 // Weights by client hash, set by New
 	// MaxClients bounds the client table (registered plus pending). A
 	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
 	// registered client.
@@ -97,7 +108,11 @@ func (c Config) Validate() error {
 	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
 	case !isCompact(c.Policy):
-		return fieldErr("policy", "must be engine.Seed or engine.Static, got %s", c.Policy.Name())
+		return fieldErr("policy", "must be engine.Seed, engine.Static or engine.Fair, got %s", c.Policy.Name())
+	case math.IsNaN(c.Burst) || c.Burst < 0 || c.Burst > 1:
+		return fieldErr("burst", "must be in [0, 1], got %v", c.Burst)
+	case validateWeights(c.Weights) != nil:
+		return validateWeights(c.Weights)
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
 	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:

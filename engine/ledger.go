@@ -15,8 +15,12 @@ import "errors"
 // A worker admits only from units it leased, each unit once, so what a
 // window admits is at most what its budget granted.
 type ledger struct {
-	reg *registry
-	cfg *Config
+	reg     *registry
+	cfg     *Config
+	now     int64      // time of the call being served (Unix ns), for the borrow gate
+	gate    borrowGate // limits the take of the lease being sized (fair.go)
+	clipped bool       // the last take was cut by the gate or pacing, not the budget
+	paceAt  int64      // when pacing held the last lease back: when the next unit fits (Unix ns)
 }
 
 // clientState is what this worker holds for one counted client.
@@ -33,6 +37,7 @@ type clientState struct {
 	flushed   int64  // units this worker wrote in window
 	fresh     bool   // registered in this window (counts as a newcomer)
 	exhausted bool   // nothing left (share or window budget) at the last sync
+	accrues   int64  // when exhausted by the borrow gate: when the pool next grows (Unix ns), else 0
 	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
@@ -42,7 +47,7 @@ type clientState struct {
 // another window are over.
 func (cs *clientState) reset(k int64) {
 	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
-	cs.used, cs.exhausted, cs.unusable = false, false, 0
+	cs.used, cs.exhausted, cs.unusable, cs.accrues = false, false, 0, 0
 }
 
 type syncResult uint8
@@ -84,6 +89,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 	p := &r.view
 	key := r.key(cs.bucket)
 	var inHand int64 // budget units taken and not yet in the entry
+	g.paceAt = 0
 	defer func() {
 		if inHand > 0 {
 			g.give(inHand)
@@ -144,9 +150,11 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		var take int64
 		budgetShort := false // the share has room but the window does not
 		if need > 0 {
-			want := leaseSize(e.share-e.granted, need, cs.flushed+cs.unflushed)
+			want := g.leaseWant(&e, need, cs.flushed+cs.unflushed)
 			if want > inHand {
+				g.gate = gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, g.now)
 				got, ok := g.take(want - inHand)
+				g.gate = borrowGate{}
 				if !ok {
 					return syncStale
 				}
@@ -177,7 +185,8 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		cs.fresh = isNew(&e, p)
 		// A request costing more than is left is refused without making
 		// the client exhausted: a cheaper one may still fit.
-		cs.exhausted = e.granted >= e.share || budgetShort
+		cs.exhausted = e.granted >= e.share || budgetShort || g.paceAt > 0
+		cs.accrues = g.nextAccrual(budgetShort && g.clipped)
 		return syncOK
 	}
 	r.obs.StoreFailure("sync client", ErrRetriesExhausted)
@@ -189,7 +198,8 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 // stale). An unreadable budget grants nothing: it may hide grants, and only
 // the next roller may reset it.
 func (g *ledger) take(n int64) (int64, bool) {
-	return g.adjust(n)
+	got, ok := g.adjust(n)
+	return g.paced(got), ok
 }
 
 // give returns n units to the window budget (a lease returned, or units
@@ -237,7 +247,9 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		}
 		var moved int64
 		if delta > 0 {
-			moved = min(delta, max(0, v.capacity-v.granted))
+			allowed := min(delta, max(0, v.capacity-v.granted))
+			moved = g.gate.room(allowed, v.granted, v.capacity)
+			g.clipped = moved < allowed
 		} else {
 			moved = -min(-delta, v.granted)
 		}

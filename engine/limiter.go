@@ -82,6 +82,7 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 		return nil, &FieldError{Field: "store", Reason: "must not be nil"}
 	}
 	l := &Limiter{cfg: cfg, clock: SystemClock{}, obs: NopObserver{}}
+	l.cfg.hashWeights()
 	for _, o := range opts {
 		o(l)
 	}
@@ -107,6 +108,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	}
 	cost = max(cost, 1)
 	t := now.UnixNano()
+	l.led.now = t
 	if err := l.current(t); err != nil {
 		return l.failure(t)
 	}
@@ -123,6 +125,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
 	t := now.UnixNano()
+	l.led.now = t
 	if err := l.refresh(t); err != nil {
 		return
 	}
@@ -305,7 +308,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		}
 		return l.admit(t, cs)
 	}
-	if current && cs.exhausted && !l.flushDue(cs) {
+	if current && cs.exhausted && !l.flushDue(cs) && cs.waitsForPool(t) {
 		return l.overLimit(t, cs)
 	}
 	switch l.led.sync(cs, cost-max(cs.lease, 0), false) {
@@ -506,7 +509,11 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	if cs.fresh && cs.share == 0 {
 		reason = ReasonPending
 	}
-	d := l.reject(reason, reset, reset)
+	retryAfter := reset
+	if cs.accrues > t {
+		retryAfter = time.Duration(cs.accrues - t) // the borrow gate: when the pool next grows
+	}
+	d := l.reject(reason, reset, retryAfter)
 	d.Limit = cs.share
 	// A request costing more than is left takes nothing: the units stay
 	// the client's, and the headers say so.

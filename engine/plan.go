@@ -104,11 +104,11 @@ func demandOf(e *entry, p *plan, cfg *Config) float64 {
 // fullShare is e's integer share of p's whole window: the policy's cap for
 // its demand, rounded by p's largest-remainder threshold.
 func fullShare(pol compactPolicy, p *plan, e *entry, cfg *Config) int64 {
-	d := demandOf(e, p, cfg)
+	d, w := demandOf(e, p, cfg), cfg.weightOf(e.hash)
 	if isNew(e, p) {
-		d = newDemand(p.params[0], shown(e)) // p.params[0] is the default share, C/N, for every policy
+		d = newDemand(w*p.params[0], shown(e)) // p.params[0] is the default share per weight unit, C/W, for every policy
 	}
-	return roundCap(pol.capOf(&p.params, d), e.since, e.hash, p)
+	return roundCap(weightedCap(pol, &p.params, d, w), e.since, e.hash, p)
 }
 
 // shown is what a newcomer that entered unproven has shown: the units it
@@ -199,6 +199,7 @@ type planScratch struct {
 	demands []float64
 	isNew   []bool
 	shown   []float64
+	weights []float64
 	granted []int64
 	fracs   []float64
 	order   []int
@@ -210,6 +211,7 @@ func (s *planScratch) reset() {
 
 func (s *planScratch) truncate(n int) {
 	s.hashes, s.since, s.demands, s.isNew, s.shown, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.shown[:n], s.granted[:n]
+	s.weights = s.weights[:n]
 }
 
 // add records one client counted in the plan being computed.
@@ -219,6 +221,7 @@ func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 	s.demands = append(s.demands, demandOf(e, next, cfg))
 	s.isNew = append(s.isNew, isNew(e, next))
 	s.shown = append(s.shown, shown(e))
+	s.weights = append(s.weights, cfg.weightOf(e.hash))
 	g := int64(0)
 	if e.window == next.window {
 		g = e.granted
@@ -234,20 +237,20 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	next.capacity, next.n = capacity, uint32(n)
 	next.thrFrac, next.thrSince, next.thrHash, next.scale = 2, 0, 0, 1
 	if n == 0 {
-		next.params = pol.params(capacity, nil)
+		next.params = pol.params(capacity, nil, nil)
 		return
 	}
-	def := float64(capacity) / float64(n)
+	def := float64(capacity) / totalWeight(s.weights, n) // per weight unit
 	for i := range s.demands {
 		if s.isNew[i] {
-			s.demands[i] = newDemand(def, s.shown[i])
+			s.demands[i] = newDemand(s.weights[i]*def, s.shown[i])
 		}
 	}
-	next.params = pol.params(capacity, s.demands)
+	next.params = pol.params(capacity, s.demands, s.weights)
 	s.fracs = resizeFloats(s.fracs, n)
 	var floors int64
 	for i, d := range s.demands {
-		c := math.Max(0, sanitize(pol.capOf(&next.params, d)))
+		c := math.Max(0, sanitize(weightedCap(pol, &next.params, d, s.weights[i])))
 		f := math.Floor(c)
 		s.fracs[i] = c - f
 		s.demands[i] = f // the demand is not needed any more: keep the floor
@@ -272,6 +275,9 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		}
 		full := int64(math.Min(f, float64(capacity)))
 		want += max(0, full-s.granted[i])
+	}
+	if _, lends := pol.(lender); lends {
+		return // limits, not a partition: the budget and the borrow gate bound the window
 	}
 	if left = max(left, 0); want > left {
 		next.scale = float64(left) / float64(want)

@@ -94,6 +94,9 @@ type rawConfig struct {
 	Match            json.RawMessage `json:"match"`
 	Limits           json.RawMessage `json:"limits"`    // top level only
 	Unlimited        json.RawMessage `json:"unlimited"` // elements of limits only
+	Policy           json.RawMessage `json:"policy"`    // policy.go
+	Burst            json.RawMessage `json:"burst"`
+	Weights          json.RawMessage `json:"weights"`
 }
 
 // configError is a configuration error that names its field. Its text is
@@ -178,6 +181,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	ec := engine.Defaults(capacity, cycle)
 	ec.Reservation = p.number("reservation", raw.Reservation, ec.Reservation, 0, 1)
 	cfg := Config{Engine: ec}
+	p.policyFields(raw, &cfg.Engine)
 	cfg.ClientHeader = p.headerName("client_header", raw.ClientHeader, DefaultClientHeader)
 	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
 	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
@@ -334,6 +338,12 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Match
 	case "limits":
 		return &r.Limits
+	case "policy":
+		return &r.Policy
+	case "burst":
+		return &r.Burst
+	case "weights":
+		return &r.Weights
 	case "unlimited":
 		return &r.Unlimited
 	}

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	want := engine.Defaults(100, 10*time.Second)
 	want.KeyPrefix = "borrowcycle/default"
-	if cfg.Engine != want {
+	if !reflect.DeepEqual(cfg.Engine, want) {
 		t.Errorf("engine config = %+v, want %+v", cfg.Engine, want)
 	}
 	if cfg.ClientHeader != "x-client-id" || cfg.Passthrough || !cfg.HeadersOnAllowed ||
@@ -90,7 +91,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{` + base + `} {}`, `json: malformed at byte 35: invalid character '{' after top-level value`},
 		{`[1`, `json: malformed at byte 2: unexpected end of JSON input`},
 		{withField(`"burst": 1, "alpha": 2`), `alpha: unknown field`},
-		{withField(`"burst": 1`), `burst: unknown field`},
+		{withField(`"bursty": 1`), `bursty: unknown field`},
 		{withField(`"Capacity": 1`), `Capacity: unknown field`},
 		// capacity
 		{`{"cycle": "1s"}`, `capacity: required`},

@@ -10,7 +10,7 @@
 //
 // Usage:
 //
-//	go run ./tools/simulate -scenario FILE|NAME [-policy seed|static|compare] [-out DIR] [-table auto|wide|long|none]
+//	go run ./tools/simulate -scenario FILE|NAME [-policy seed|static|fair|compare] [-burst F] [-out DIR] [-table auto|wide|long|none]
 //	go run ./tools/simulate -all [-out DIR]
 //	go run ./tools/simulate -list
 //
@@ -36,6 +36,7 @@ type options struct {
 	out      string
 	table    string
 	seed     uint64
+	burst    float64
 }
 
 func main() {
@@ -51,10 +52,11 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.scenario, "scenario", "", "scenario `file` (YAML or JSON), or a shipped scenario's name")
 	fs.BoolVar(&o.all, "all", false, "run every shipped scenario and print a summary table")
 	fs.BoolVar(&o.list, "list", false, "list the shipped scenarios")
-	fs.StringVar(&o.policy, "policy", "", "seed, static, or compare (both, metrics side by side); default seed, or compare with -all")
+	fs.StringVar(&o.policy, "policy", "", "seed, static, fair, or compare (all three, metrics side by side); default seed, or compare with -all")
 	fs.StringVar(&o.out, "out", "", "write SVG and PNG charts into `dir`")
 	fs.StringVar(&o.table, "table", "auto", "per-cycle table: wide (the worked example's shape), long (a row per cycle), none, or auto (wide up to 6 cycles; none with -all)")
 	fs.Uint64Var(&o.seed, "seed", 0, "override the scenario's random seed (0 keeps it)")
+	fs.Float64Var(&o.burst, "burst", -1, "pace every scenario with this burst fraction in [0, 1] (negative keeps the scenario's)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -70,8 +72,8 @@ func parseFlags(args []string) (options, error) {
 	switch {
 	case !o.list && o.all == (o.scenario != ""):
 		return o, errors.New("give exactly one of -scenario and -all (or -list)")
-	case o.policy != "seed" && o.policy != "static" && o.policy != "compare":
-		return o, fmt.Errorf("-policy: want seed, static or compare, got %q", o.policy)
+	case !strings.Contains(" seed static fair compare ", " "+o.policy+" "):
+		return o, fmt.Errorf("-policy: want seed, static, fair or compare, got %q", o.policy)
 	case !strings.Contains(" auto wide long none ", " "+o.table+" "):
 		return o, fmt.Errorf("-table: want auto, wide, long or none, got %q", o.table)
 	}
@@ -95,12 +97,16 @@ func run(args []string, w io.Writer) error {
 	}
 	policies := []string{o.policy}
 	if o.policy == "compare" {
-		policies = []string{"seed", "static"}
+		policies = []string{"seed", "static", "fair"}
 	}
 	var summary []scenarioReport
 	for _, sc := range scenarios {
 		if o.seed != 0 {
 			sc.Seed = o.seed
+		}
+		if o.burst >= 0 {
+			b := o.burst
+			sc.Burst = &b
 		}
 		rep, err := runScenario(w, sc, policies, o)
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"sort"
+	"time"
 
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
@@ -20,12 +21,16 @@ type Metrics struct {
 	WindowViolations int
 	ShareViolations  int
 	WorstWindow      float64
-	Utilisation      float64
-	Jain             float64
-	LightRejection   float64
-	InflationGain    float64
-	Stranded         float64
-	Convergence      int
+	// WorstSliding is the most admitted in any interval of one cycle's
+	// length, wherever it starts, over C: up to 2 without pacing (the end
+	// of one window and the start of the next).
+	WorstSliding   float64
+	Utilisation    float64
+	Jain           float64
+	LightRejection float64
+	InflationGain  float64
+	Stranded       float64
+	Convergence    int
 	// StepCycle is the cycle Convergence counts from (0: no step), and
 	// StepDistance the L1 distance from max-min (over the target's total)
 	// in the last cycle judged: how far off allocations settle.
@@ -48,6 +53,7 @@ func Compute(res, inflated *Result) Metrics {
 		WindowViolations: res.Cap.Count(capcheck.OverCapacity),
 		ShareViolations:  res.Cap.Count(capcheck.OverShare) + res.Cap.Count(capcheck.MixedShares),
 		WorstWindow:      worstWindow(res),
+		WorstSliding:     ratio(float64(slidingWorst(res.AdmittedAt, time.Duration(res.Scenario.Cycle))), float64(res.Scenario.Capacity)),
 		Utilisation:      utilisation(res),
 		Jain:             meanJain(res),
 		LightRejection:   lightRejection(res),
@@ -76,23 +82,55 @@ func worstWindow(res *Result) float64 {
 	return ratio(float64(n), float64(res.Scenario.Capacity))
 }
 
+// slidingWorst is the most admissions in any half-open interval [t, t+span)
+// over times sorted ascending: two pointers, the interval starting at each
+// admission (an interval holding the most can always start at one).
+func slidingWorst(times []time.Time, span time.Duration) int {
+	most, lo := 0, 0
+	for hi := range times {
+		for times[hi].Sub(times[lo]) >= span {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}
+
 // MaxMin is the max-min fair (water-filling) split of capacity over
 // demands: nobody gets more than it asked for, and capacity left by small
 // demands is shared equally by the rest.
 func MaxMin(capacity int64, demands []int64) []float64 {
+	return WeightedMaxMin(capacity, demands, nil)
+}
+
+// WeightedMaxMin is MaxMin where a client of weight w counts as w
+// clients: capacity left by small demands is shared in proportion to
+// weight. nil weights are all 1.
+func WeightedMaxMin(capacity int64, demands []int64, weights []float64) []float64 {
+	w := func(i int) float64 {
+		if weights == nil {
+			return 1
+		}
+		return weights[i]
+	}
 	out := make([]float64, len(demands))
 	order := make([]int, 0, len(demands))
+	var wLeft float64
 	for i, d := range demands {
 		if d > 0 {
 			order = append(order, i)
+			wLeft += w(i)
 		}
 	}
-	sort.SliceStable(order, func(a, b int) bool { return demands[order[a]] < demands[order[b]] })
+	sort.SliceStable(order, func(a, b int) bool {
+		return float64(demands[order[a]])/w(order[a]) < float64(demands[order[b]])/w(order[b])
+	})
 	left := float64(capacity)
-	for n, i := range order {
-		fair := left / float64(len(order)-n)
+	for _, i := range order {
+		fair := left / wLeft * w(i)
 		out[i] = math.Min(float64(demands[i]), fair)
 		left -= out[i]
+		wLeft -= w(i)
 	}
 	return out
 }
@@ -120,7 +158,16 @@ func honestTarget(res *Result, k int) []float64 {
 			demand[i] = d
 		}
 	}
-	return MaxMin(res.Scenario.Capacity, demand)
+	return WeightedMaxMin(res.Scenario.Capacity, demand, memberWeightsOf(res))
+}
+
+// memberWeightsOf is each member's weight, in member order.
+func memberWeightsOf(res *Result) []float64 {
+	ws := make([]float64, len(res.Members))
+	for i, m := range res.Members {
+		ws[i] = m.weightOr1()
+	}
+	return ws
 }
 
 // meanJain averages, over cycles with demand, Jain's index of admitted over
@@ -156,8 +203,9 @@ func utilisation(res *Result) float64 {
 }
 
 // lightRejection is the share of light clients' attempts rejected, where a
-// light client in a cycle is an honest one that asked for no more than the
-// default share C/N.
+// light client in a cycle is an honest one that asked for no more than its
+// default share, C/N (w × C/W with weights: W the total weight of the
+// clients registered at the cycle's start).
 func lightRejection(res *Result) float64 {
 	var rejected, demand float64
 	for k := range res.Demand {
@@ -165,9 +213,9 @@ func lightRejection(res *Result) float64 {
 		if n == 0 {
 			continue
 		}
-		def := float64(res.Scenario.Capacity) / float64(n)
+		def := float64(res.Scenario.Capacity) / registeredWeight(res, k, n)
 		for i, d := range res.Demand[k] {
-			if d > 0 && float64(d) <= def && res.Members[i].honest {
+			if d > 0 && float64(d) <= def*res.Members[i].weightOr1() && res.Members[i].honest {
 				demand += float64(d)
 				rejected += float64(d - res.Admitted[k][i])
 			}
@@ -176,19 +224,38 @@ func lightRejection(res *Result) float64 {
 	return ratio(rejected, demand)
 }
 
+// registeredWeight is the total weight of the n clients registered at the
+// start of cycle row k: the members with a share, plus weight 1 for any
+// registered id that is not a member (a spoofed one).
+func registeredWeight(res *Result, k, n int) float64 {
+	var w float64
+	members := 0
+	for i, share := range res.Share[k] {
+		if share >= 0 {
+			w += res.Members[i].weightOr1()
+			members++
+		}
+	}
+	return w + float64(max(0, n-members))
+}
+
 // stranded is the share left unused by registered clients in cycles where
-// someone was turned away, over all the capacity of the run.
+// someone was turned away, over all the capacity of the run. A cycle
+// strands no more than the capacity it left unused: the fair policy's
+// shares are limits that sum to more than C, not a partition of it.
 func stranded(res *Result) float64 {
 	var unused float64
 	for k := range res.Demand {
 		if sum(res.Rejected[k]) == 0 {
 			continue
 		}
+		var left float64
 		for i, share := range res.Share[k] {
 			if share > 0 {
-				unused += math.Max(0, float64(share-res.Admitted[k][i]))
+				left += math.Max(0, float64(share-res.Admitted[k][i]))
 			}
 		}
+		unused += math.Min(left, math.Max(0, float64(res.Scenario.Capacity-sum(res.Admitted[k]))))
 	}
 	return ratio(unused, float64(res.Scenario.Capacity)*float64(len(res.Demand)))
 }

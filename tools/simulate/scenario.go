@@ -32,6 +32,9 @@ type Scenario struct {
 	// engine default".
 	Reservation *float64 `yaml:"reservation"`
 	MinCycle    Duration `yaml:"min_cycle"`
+	// Burst turns pacing on (engine Config.Pace) with this burst fraction;
+	// absent, the scenario is not paced.
+	Burst       *float64 `yaml:"burst"`
 	IdleCycles  int      `yaml:"idle_cycles"`
 	MaxClients  int      `yaml:"max_clients"`
 	Passthrough bool     `yaml:"passthrough"`
@@ -85,6 +88,10 @@ type ClientSpec struct {
 	// fairness metrics are about the honest clients, so these are left out
 	// of the max-min target and of light-client rejection.
 	Adversary bool `yaml:"adversary"`
+	// Weight is each member's weight (engine Config.Weights; 0 means 1):
+	// a member of weight w counts as w clients in the equal split, and
+	// the max-min target and light-client threshold are weighted too.
+	Weight float64 `yaml:"weight"`
 }
 
 // Retry is what a client does with a 429.

@@ -25,6 +25,7 @@ type member struct {
 	register bool
 	honest   bool
 	phase    float64 // where in each request interval it sends, in (0, 1)
+	weight   float64 // its weight in the equal split (1 unless configured)
 	retry    Retry
 	fresh    []int64 // new requests per cycle, index 0 = cycle 1
 }
@@ -58,6 +59,9 @@ type Result struct {
 	// (a client admitted more than its share in one share period).
 	Cap     *capcheck.Checker
 	Reasons map[string]int64
+	// AdmittedAt is the time of every admitted unit, in order, for the
+	// sliding-window metric (see slidingWorst).
+	AdmittedAt []time.Time
 }
 
 // Run simulates sc under policy on a virtual clock and returns what
@@ -91,6 +95,10 @@ func EngineConfig(sc *Scenario, policy engine.Policy) engine.Config {
 		cfg.MaxClients = sc.MaxClients
 	}
 	cfg.Passthrough = sc.Passthrough
+	if sc.Burst != nil {
+		cfg.Pace, cfg.Burst = true, *sc.Burst
+	}
+	cfg.Weights = memberWeights(sc)
 	if seed, ok := policy.(engine.Seed); ok {
 		// The seed policy reads its reservation from itself, not from the
 		// config: keep the two in step.
@@ -108,8 +116,40 @@ func PolicyByName(name string) (engine.Policy, error) {
 		return engine.Seed{}, nil
 	case "static":
 		return engine.Static{}, nil
+	case "fair":
+		return engine.Fair{}, nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want seed or static)", name)
+	return nil, fmt.Errorf("unknown policy %q (want seed, static or fair)", name)
+}
+
+// weightOr1 is the member's weight; a member built without one weighs 1.
+func (m member) weightOr1() float64 {
+	if m.weight <= 0 {
+		return 1
+	}
+	return m.weight
+}
+
+// memberWeights is the engine's weights map: every member of a client
+// spec with a weight, by the member name expand gives it.
+func memberWeights(sc *Scenario) map[string]float64 {
+	var ws map[string]float64
+	for _, spec := range sc.Clients {
+		if spec.Weight <= 0 || spec.Weight == 1 {
+			continue
+		}
+		if ws == nil {
+			ws = map[string]float64{}
+		}
+		for mi := 0; mi < spec.Count; mi++ {
+			name := spec.Name
+			if spec.Count > 1 {
+				name = fmt.Sprintf("%s-%d", spec.Name, mi+1)
+			}
+			ws[name] = spec.Weight
+		}
+	}
+	return ws
 }
 
 // expand turns client specs into members with their per-cycle demand.
@@ -132,10 +172,14 @@ func expand(sc *Scenario, inflate string, factor float64) ([]member, []string) {
 				register: spec.JoinMode == joinRegister,
 				honest:   !spec.Adversary,
 				phase:    (float64(mi) + 0.5) / float64(spec.Count),
+				weight:   1,
 				retry:    spec.Retry,
 			}
 			if spec.Count > 1 {
 				m.name = fmt.Sprintf("%s-%d", spec.Name, mi+1)
+			}
+			if spec.Weight > 0 {
+				m.weight = spec.Weight
 			}
 			if spec.JoinRate > 0 && spec.Lifetime > 0 {
 				m.leave = m.join + spec.Lifetime
@@ -429,6 +473,7 @@ func (r *runner) handle(ev event) {
 // (passthrough, store failures) count in their window only.
 func (r *runner) count(at time.Time, d engine.Decision, member int) {
 	window, _, _ := engine.WindowAt(at, r.cycle, 0) // scenarios set no window offset
+	r.res.AdmittedAt = append(r.res.AdmittedAt, at)
 	a := capcheck.Admission{Window: window, Period: d.Cycle}
 	if d.Reason == engine.ReasonOK {
 		a.Client, a.Share = r.members[member].name, d.Limit

@@ -276,7 +276,7 @@ func TestShippedScenariosRun(t *testing.T) {
 	names := map[string]bool{}
 	for _, sc := range all {
 		names[sc.Name] = true
-		for _, p := range []string{"seed", "static"} {
+		for _, p := range []string{"seed", "static", "fair"} {
 			res, _, err := Evaluate(sc, p)
 			if err != nil {
 				t.Fatalf("%s/%s: %v", sc.Name, p, err)
@@ -286,7 +286,7 @@ func TestShippedScenariosRun(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"worked-example", "steady", "bursty", "onoff", "greedy", "step", "flash-crowd", "churn", "retry-amplifier", "spoofing-flood", "returning-clients"} {
+	for _, want := range []string{"worked-example", "steady", "bursty", "onoff", "greedy", "step", "flash-crowd", "churn", "retry-amplifier", "spoofing-flood", "returning-clients", "weighted-tiers"} {
 		if !names[want] {
 			t.Errorf("scenario %s is not shipped", want)
 		}
@@ -294,7 +294,7 @@ func TestShippedScenariosRun(t *testing.T) {
 }
 
 // TestShippedScenariosKeepTheCap is the capacity promise over every shipped
-// scenario and both policies: no aligned wall window admits more than C,
+// scenario and every policy: no aligned wall window admits more than C,
 // and no client more than its share in a share period. The scenarios with
 // newcomers (churn, spoofing-flood, returning-clients) are the ones an
 // engine that gave each re-plan a fresh capacity would fail.
@@ -304,7 +304,7 @@ func TestShippedScenariosKeepTheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sc := range all {
-		for _, p := range []string{"seed", "static"} {
+		for _, p := range []string{"seed", "static", "fair"} {
 			t.Run(sc.Name+"/"+p, func(t *testing.T) {
 				policy, err := PolicyByName(p)
 				if err != nil {
@@ -443,7 +443,7 @@ func TestCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{workedExampleTable, "| Metric | seed | static |", "policy static"} {
+	for _, want := range []string{workedExampleTable, "| Metric | seed | static | fair |", "policy static", "policy fair"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -451,12 +451,106 @@ func TestCLI(t *testing.T) {
 	for _, args := range [][]string{
 		{},
 		{"-all", "-scenario", "steady"},
-		{"-scenario", "steady", "-policy", "fair"},
+		{"-scenario", "steady", "-policy", "water"},
 		{"-scenario", "steady", "-table", "tall"},
 		{"-scenario", "no-such-scenario"},
 	} {
 		if err := run(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("%q: accepted", args)
+		}
+	}
+}
+
+func TestSlidingWorst(t *testing.T) {
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, epoch.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		times []time.Time
+		want  int
+	}{
+		{nil, 0},
+		{at(0), 1},
+		{at(0, 999, 1000), 2},               // [t, t+1s) is half-open
+		{at(900, 950, 1000, 1050, 1899), 5}, // the end of one window and the start of the next
+		{at(0, 500, 1500, 1600, 1700), 3},
+	} {
+		if got := slidingWorst(tc.times, time.Second); got != tc.want {
+			t.Errorf("slidingWorst(%v) = %d, want %d", tc.times, got, tc.want)
+		}
+	}
+}
+
+// TestPacingBoundsSlidingCycle is the pacing bound in the simulator: with
+// burst b, no interval of one cycle's length admits more than (1 + b) × C
+// (C + 1 when b × C < 1), on every shipped scenario and policy.
+func TestPacingBoundsSlidingCycle(t *testing.T) {
+	all, err := ShippedScenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, burst := range []float64{0, 0.25} {
+		for _, sc := range all {
+			b := burst
+			sc.Burst = &b
+			for _, p := range []string{"seed", "static", "fair"} {
+				policy, err := PolicyByName(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res := mustRun(t, sc, policy)
+				most := slidingWorst(res.AdmittedAt, time.Duration(sc.Cycle))
+				bound := max(int64((1+b)*float64(sc.Capacity)), sc.Capacity+1)
+				if int64(most) > bound {
+					t.Errorf("%s/%s burst %v: %d admitted in one cycle's length, bound %d", sc.Name, p, b, most, bound)
+				}
+				res.Cap.Check(t)
+			}
+		}
+	}
+}
+
+func TestWeightedMaxMin(t *testing.T) {
+	got := WeightedMaxMin(100, []int64{80, 40, 40, 5}, []float64{3, 1, 1, 1})
+	want := []float64{57, 19, 19, 5}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("WeightedMaxMin = %v, want %v", got, want)
+		}
+	}
+}
+
+// TestWeightedTiers: in the weighted-tiers scenario every policy gives the
+// premium client (weight 3) about three times a basic client's admitted
+// traffic, once the first window's demand is known.
+func TestWeightedTiers(t *testing.T) {
+	sc, err := LoadScenario("weighted-tiers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"seed", "static", "fair"} {
+		policy, err := PolicyByName(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := mustRun(t, sc, policy)
+		var premium, basic float64
+		for k := 2; k < len(res.Admitted); k++ {
+			for i, m := range res.Members {
+				switch {
+				case m.name == "premium":
+					premium += float64(res.Admitted[k][i])
+				case strings.HasPrefix(m.name, "basic"):
+					basic += float64(res.Admitted[k][i]) / 2
+				}
+			}
+		}
+		if r := premium / basic; r < 2.7 || r > 3.3 {
+			t.Errorf("%s: premium admitted %.0f, a basic client %.0f: ratio %.2f, want about 3", p, premium, basic, r)
 		}
 	}
 }

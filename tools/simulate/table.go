@@ -144,6 +144,7 @@ var metricRows = []struct {
 	{"Window violations (aligned wall windows with admitted > C)", func(m Metrics) string { return strconv.Itoa(m.WindowViolations) }},
 	{"Share violations (client admitted > its share in a share period)", func(m Metrics) string { return strconv.Itoa(m.ShareViolations) }},
 	{"Worst window (admitted / C)", func(m Metrics) string { return num(m.WorstWindow, 2) }},
+	{"Worst sliding cycle (most admitted in any interval of one cycle / C)", func(m Metrics) string { return num(m.WorstSliding, 2) }},
 	{"Utilisation", func(m Metrics) string { return pct(m.Utilisation) }},
 	{"Jain's index vs max-min", func(m Metrics) string { return num(m.Jain, 3) }},
 	{"Light-client rejection", func(m Metrics) string { return pct(m.LightRejection) }},
@@ -178,7 +179,7 @@ func WriteMetrics(w io.Writer, policies []string, ms []Metrics) {
 }
 
 // summaryColumns are the metrics of the all-scenarios table, in short form.
-var summaryColumns = []string{"Window viol.", "Share viol.", "Worst window", "Util.", "Jain", "Light rej.", "Inflation gain", "Stranded", "Converge", "Attempts/req"}
+var summaryColumns = []string{"Window viol.", "Share viol.", "Worst window", "Worst sliding", "Util.", "Jain", "Light rej.", "Inflation gain", "Stranded", "Converge", "Attempts/req"}
 
 // WriteSummaryHeader and WriteSummaryRow write the all-scenarios table.
 func WriteSummaryHeader(w io.Writer) {
@@ -190,7 +191,7 @@ func WriteSummaryHeader(w io.Writer) {
 // WriteSummaryRow writes one scenario and policy's metrics.
 func WriteSummaryRow(w io.Writer, scenario, policy string, m Metrics) {
 	mdRow(w, scenario, policy, strconv.Itoa(m.WindowViolations), strconv.Itoa(m.ShareViolations), num(m.WorstWindow, 2),
-		pct(m.Utilisation), num(m.Jain, 3),
+		num(m.WorstSliding, 2), pct(m.Utilisation), num(m.Jain, 3),
 		pct(m.LightRejection), signedPct(m.InflationGain), pct(m.Stranded), convergenceCell(m), num(m.Amplification, 2))
 }
 

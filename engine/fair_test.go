@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestWaterLevel(t *testing.T) {
+	for _, tc := range []struct {
+		capacity float64
+		demands  []float64
+		want     float64
+	}{
+		{40, []float64{10, 10, 10, 20}, 10},           // exactly fits at 10: D's 20 is above it
+		{40, []float64{0, 10, 10, 10}, 40},            // fits: no level binds
+		{100, []float64{10, 20, 30, 50}, 40},          // 10+20+30 leave 40 for D
+		{100, []float64{1000, 10, 10, 10, 10}, 60},    // the greedy client gets what the light ones leave
+		{100, []float64{60, 60, 20}, 40},              // retries make no difference above the level
+		{100, []float64{600, 60, 20}, 40},             // ... however many
+		{10, []float64{math.NaN(), -3, 100}, 10},      // junk demand counts as none
+		{10, nil, 10},                                 // nobody
+		{30, []float64{math.Inf(1), math.Inf(1)}, 15}, // infinite demands share equally
+	} {
+		if got := weightedLevel(tc.capacity, tc.demands, nil); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("weightedLevel(%v, %v, nil) = %v, want %v", tc.capacity, tc.demands, got, tc.want)
+		}
+	}
+}
+
+func TestFairAllocateIsMaxMin(t *testing.T) {
+	for _, tc := range []struct {
+		demands []float64
+		want    []int64
+	}{
+		{[]float64{10, 20, 30, 50}, []int64{10, 20, 30, 40}},
+		{[]float64{0, 10, 10, 20}, []int64{15, 25, 25, 35}}, // 60 spare, 15 each
+		{[]float64{0, 0, 0, 0}, []int64{25, 25, 25, 25}},    // spare spread equally
+		{[]float64{1000, 10, 10, 10, 10}, []int64{60, 10, 10, 10, 10}},
+	} {
+		got := Fair{}.Allocate(nil, 100, tc.demands)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Allocate(100, %v) = %v, want %v", tc.demands, got, tc.want)
+		}
+	}
+}
+
+// TestBorrowGateRoom: the gate's three tiers on a budget of capacity 100.
+func TestBorrowGateRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		gate             borrowGate
+		allowed, granted int64
+		want             int64
+	}{
+		{"off", borrowGate{}, 30, 90, 30},
+		{"own units need no pool", borrowGate{on: true, own: 25, level: 40, elapsed: 0}, 30, 50, 25},
+		{"up to the level from the pool", borrowGate{on: true, own: 0, level: 40, elapsed: 0.5}, 30, 40, 10},
+		{"a unit is lendable as it starts to accrue", borrowGate{on: true, own: 0, level: 40, elapsed: 0.501}, 30, 40, 11},
+		{"the level bounds the pool", borrowGate{on: true, own: 0, level: 3, elapsed: 0.5}, 30, 44, 3},
+		{"beyond the level, the late pool", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 0.5}, 30, 20, 29}, // ⌈100 × (0.5 − 1/32) / (31/32)⌉ − 20
+		{"under the level, no late pool", borrowGate{on: true, own: 0, level: 0, elapsed: 0.5}, 30, 20, 0},
+		{"at its accrued level, the late pool past the reserve", borrowGate{on: true, own: 0, level: 0, entitled: true, elapsed: 0.5}, 30, 20, 23}, // 29 − 100/16
+		{"at its accrued level, no rounding dribble", borrowGate{on: true, own: 0, level: 0, entitled: true, elapsed: 0.5}, 30, 44, 0},
+		{"nothing accrued yet", borrowGate{on: true, own: 0, level: 40, elapsed: 0.1}, 30, 20, 0},
+		{"the budget bounds everything", borrowGate{on: true, own: 25, level: 40, elapsed: 1}, 3, 97, 3},
+		{"everything lendable at the end", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 1}, 30, 80, 20},
+	} {
+		if got := tc.gate.room(tc.allowed, tc.granted, 100); got != tc.want {
+			t.Errorf("%s: room = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func fairConfig(capacity int64) Config {
+	cfg := Defaults(capacity, 10*time.Second)
+	cfg.MinCycle = time.Second
+	cfg.Policy = Fair{}
+	return cfg
+}
+
+// evenly sends n requests by client evenly over window w (0-based from
+// t0), each at its slot's middle, and returns how many were admitted.
+func evenly(l *Limiter, w int, client string, n int, cycle time.Duration) (admitted int) {
+	start := t0.Add(time.Duration(w) * cycle)
+	for i := 0; i < n; i++ {
+		at := start.Add(time.Duration((float64(i) + 0.5) * float64(cycle) / float64(n)))
+		if l.AdmitAt(at, client).Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// TestFairGuarantee: a client asking no more than its default share gets
+// all of it, even in the window right after it was idle, while a greedy
+// client asks for everything from the window's first instant. The seed
+// policy sizes the returning client from its idle window and turns it away.
+func TestFairGuarantee(t *testing.T) {
+	for _, tc := range []struct {
+		policy Policy
+		want   int // what the light client gets of its 10 in the window after its idle one
+	}{
+		{Fair{}, 10},
+		{Seed{Reservation: 0.1}, 1}, // its reservation: the seed's lag
+	} {
+		t.Run(tc.policy.Name(), func(t *testing.T) {
+			cfg := fairConfig(40)
+			cfg.Policy = tc.policy
+			l := newLimiter(t, cfg, NewMemStore())
+			if err := l.RegisterAt(t0, "light", "b", "c", "greedy"); err != nil {
+				t.Fatal(err)
+			}
+			cycle := cfg.Cycle
+			for w := 0; w < 4; w++ {
+				l.TickAt(t0.Add(time.Duration(w) * cycle))
+				// The greedy client tries everything at the window's start.
+				start := t0.Add(time.Duration(w) * cycle)
+				send(l, start, "greedy", 100)
+				evenly(l, w, "b", 10, cycle)
+				evenly(l, w, "c", 10, cycle)
+				n := 10
+				if w == 2 {
+					n = 0 // idle
+				}
+				got := evenly(l, w, "light", n, cycle)
+				if w == 3 && got != tc.want {
+					t.Errorf("window after idle: light admitted %d of 10, want %d", got, tc.want)
+				}
+				if w < 2 && tc.policy.Name() == "fair" && got != 10 {
+					t.Errorf("window %d: light admitted %d of 10", w, got)
+				}
+			}
+		})
+	}
+}
+
+// TestFairBorrowing: what the light clients leave goes to the one that
+// wants more, but only as it accrues: at no time has the window granted
+// more than its guarantee or the capacity accrued so far, whichever is
+// larger; by the window's end the borrower has everything left over.
+func TestFairBorrowing(t *testing.T) {
+	cfg := fairConfig(100)
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "g", "l1", "l2", "l3"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0)
+	// The light clients ask 5 each of their 25, all at once early on.
+	for _, c := range []string{"l1", "l2", "l3"} {
+		if a, _ := send(l, t0.Add(time.Second), c, 5); a != 5 {
+			t.Fatalf("%s admitted %d of 5", c, a)
+		}
+	}
+	// g asks 10 every 100 ms through the window.
+	granted := int64(15)
+	for i := 1; i < 100; i++ {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		a, _ := send(l, at, "g", 10)
+		granted += int64(a)
+		accruedNow := int64(float64(i) / 100 * float64(cfg.Capacity))
+		if limit := max(int64(25)+15, accruedNow+1); granted > limit {
+			t.Fatalf("at %v the window had granted %d, more than max(guarantee, accrued) = %d", at.Sub(t0), granted, limit)
+		}
+	}
+	end := t0.Add(cfg.Cycle - time.Microsecond)
+	l.TickAt(end)
+	for i := 0; i < 100; i++ {
+		if l.AdmitAt(end, "g").Allowed {
+			granted++
+		}
+	}
+	if granted != cfg.Capacity {
+		t.Errorf("the window granted %d, want all %d: capacity nobody used was stranded", granted, cfg.Capacity)
+	}
+}
+
+// TestFairLevelIsPriority: two borrowers that wanted 60 each beside a
+// client at 20: the level is 40, and the one that retries every rejection
+// three times does not get more than the one that does not.
+func TestFairLevelIsPriority(t *testing.T) {
+	cfg := fairConfig(100)
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "retrier", "patient", "small"); err != nil {
+		t.Fatal(err)
+	}
+	cycle := cfg.Cycle
+	got := map[string]int{}
+	for w := 0; w < 4; w++ {
+		start := t0.Add(time.Duration(w) * cycle)
+		l.TickAt(start)
+		got = map[string]int{}
+		for i := 0; i < 60; i++ {
+			at := start.Add(time.Duration((float64(i) + 0.5) * float64(cycle) / 60))
+			for try := 0; try < 4; try++ {
+				if l.AdmitAt(at.Add(time.Duration(try)*time.Millisecond), "retrier").Allowed {
+					got["retrier"]++
+					break
+				}
+			}
+			if l.AdmitAt(at.Add(time.Microsecond), "patient").Allowed {
+				got["patient"]++
+			}
+			if i%3 == 0 && l.AdmitAt(at.Add(2*time.Microsecond), "small").Allowed {
+				got["small"]++
+			}
+		}
+	}
+	if got["small"] != 20 {
+		t.Errorf("small admitted %d of 20", got["small"])
+	}
+	if d := got["retrier"] - got["patient"]; d > 2 {
+		t.Errorf("retrier %d vs patient %d: retries bought %d units", got["retrier"], got["patient"], d)
+	}
+}
+
+// TestCapHoldsForEveryPolicy is the property test of both invariants
+// (internal/capcheck, through checkOutcomes) for every policy: random clients, costs and times
+// on three workers over one store, across several windows with newcomers
+// and idle clients, with and without weights and pacing.
+func TestCapHoldsForEveryPolicy(t *testing.T) {
+	for _, pol := range []Policy{Seed{Reservation: 0.1}, Static{}, Fair{}} {
+		for seed := uint64(1); seed <= 12; seed++ {
+			t.Run(fmt.Sprintf("%s/%d", pol.Name(), seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 14))
+				cfg := Defaults(int64(20+rng.IntN(200)), time.Duration(1+rng.IntN(10))*time.Second)
+				cfg.MinCycle = cfg.Cycle / 10
+				cfg.Policy = pol
+				if seed%2 == 0 {
+					cfg.Weights = map[string]float64{"c0": 3, "c1": 0.5}
+				}
+				if seed%3 == 0 {
+					cfg.Pace, cfg.Burst = true, 0.3
+				}
+				store := NewMemStore()
+				workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+				var outs []outcome
+				at := t0
+				for i := 0; i < 4000; i++ {
+					at = at.Add(time.Duration(rng.ExpFloat64() * float64(cfg.Cycle) / 300))
+					client := fmt.Sprintf("c%d", rng.IntN(3+int(seed)))
+					cost := int64(1 + rng.IntN(3))
+					w := workers[rng.IntN(len(workers))]
+					if rng.IntN(50) == 0 {
+						w.TickAt(at)
+						continue
+					}
+					outs = append(outs, outcome{client: client, at: at, cost: cost, d: w.AdmitNAt(at, client, cost)})
+				}
+				checkOutcomes(t, cfg, outs)
+			})
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// Pacing (Config.Pace, issue 14) spreads a limit's capacity over the
+// window instead of letting it all go at the window's start. Two rules,
+// both pure functions of explicit times:
+//
+//   - per client: by fraction f of the window, a client may have been
+//     granted at most share × (burst + (1 − burst) × f) (pacedAmount);
+//   - per limit: a generic cell rate algorithm over the whole capacity,
+//     one unit every cycle/capacity with a tolerance of burst × cycle
+//     (paceFit), kept in one shared key. It forfeits what is not used, so
+//     any interval of one cycle's length admits at most
+//     (1 + burst) × capacity units (plus one, when burst × capacity < 1),
+//     where fixed windows alone let up to 2 × capacity through across a
+//     boundary.
+//
+// A paced lease takes only the units asked for, so units are granted when
+// they are admitted and the bound holds for admissions, not just grants.
+
+// pacedAmount is how much of share a client may have been granted by
+// fraction f of the window: burst × share at once, the rest linearly.
+// Rounded up, so a unit is available as soon as it starts to accrue.
+func pacedAmount(share int64, burst, f float64) int64 {
+	f = math.Max(0, math.Min(1, f))
+	// (less a rounding hair, so that 100 × 0.6 is 60, not 61)
+	return int64(math.Ceil(float64(share)*(burst+(1-burst)*f) - 1e-9))
+}
+
+// paceFit is the pacing cell rate algorithm: given the theoretical
+// arrival time tat (Unix ns, 0 for a new limit) and a request for n units
+// at now, it returns how many fit (m ≤ n) and the new tat. A unit fits
+// when the units before it are no more than tolerance ahead of now;
+// each unit moves tat by interval.
+func paceFit(tat, now, n, interval, tolerance int64) (m, next int64) {
+	base := max(tat, now)
+	ahead := base - now
+	if n <= 0 || ahead > tolerance {
+		return 0, tat
+	}
+	m = min(n, (tolerance-ahead)/interval+1)
+	return m, base + m*interval
+}
+
+// paceWait is how long after now the next unit fits under tat.
+func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
+
+// paceParams are the cell rate algorithm's interval and tolerance for a
+// config: one unit every cycle/capacity, and burst × cycle less one
+// interval (so that a burst is burst × capacity units, not one more).
+func paceParams(cfg *Config) (interval, tolerance int64) {
+	interval = max(1, int64(cfg.Cycle)/max(1, cfg.Capacity))
+	tolerance = max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
+	return interval, tolerance
+}
+
+const paceVersion = 1
+
+func appendPace(dst []byte, tat int64) []byte {
+	return binary.LittleEndian.AppendUint64(append(dst[:0], paceVersion), uint64(tat))
+}
+
+func decodePace(b []byte) (int64, error) {
+	if len(b) != 9 || b[0] != paceVersion {
+		return 0, errCorrupt
+	}
+	return int64(binary.LittleEndian.Uint64(b[1:])), nil
+}
+
+// paced passes got units just taken from the window budget through the
+// pacing key: it returns how many pacing lets through and gives the rest
+// back to the budget. When pacing holds units back, it records when the
+// next one fits (g.paceAt) for the client's Retry-After. An unreadable
+// pace key is rewritten from now: pacing is a smoothing bound, and the
+// window budget still holds.
+func (g *ledger) paced(got int64) int64 {
+	if !g.cfg.Pace || got <= 0 {
+		return got
+	}
+	r := g.reg
+	key := g.cfg.KeyPrefix + "/pace"
+	interval, tolerance := paceParams(g.cfg)
+	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
+		raw, cas, err := r.store.Get(key)
+		var tat int64
+		switch {
+		case errors.Is(err, ErrNotFound):
+			cas = casCreate
+		case err != nil:
+			r.obs.StoreFailure("get pace", err)
+			g.give(got)
+			return 0
+		default:
+			if tat, err = decodePace(raw); err != nil {
+				r.obs.ValueReset(key, err)
+				tat = 0
+			}
+		}
+		m, next := paceFit(tat, g.now, got, interval, tolerance)
+		if m > 0 {
+			r.buf = appendPace(r.buf, next)
+			if retry, werr := r.write(key, cas, "set pace"); retry {
+				continue
+			} else if werr != nil {
+				m = 0
+			}
+		}
+		if m < got {
+			g.give(got - m)
+			g.clipped = true
+			g.paceAt = g.now + max(interval, paceWait(next, g.now, tolerance))
+		}
+		return m
+	}
+	r.obs.StoreFailure("pace", ErrRetriesExhausted)
+	g.give(got)
+	return 0
+}
+
+// leaseWant sizes a lease for entry e (see leaseSize). Paced, a lease is
+// exactly need, and a client of a partitioning policy may hold only its
+// paced amount of its share; when that is short, g.paceAt says when it
+// is not. (The fair policy paces its guarantee in its gate.)
+func (g *ledger) leaseWant(e *entry, need, seen int64) int64 {
+	if l, lends := g.reg.pol.(lender); lends && !g.cfg.Pace {
+		// Borrowed units are scarce: a lease past the guarantee takes
+		// exactly what is asked, so none sit unused in a worker.
+		guarantee, _ := l.tiers(&g.reg.view.params)
+		if float64(e.granted+need) > guarantee*g.cfg.weightOf(e.hash) {
+			seen = 0
+		}
+	}
+	if !g.cfg.Pace {
+		return leaseSize(e.share-e.granted, need, seen)
+	}
+	avail := e.share - e.granted
+	if _, lends := g.reg.pol.(lender); !lends {
+		p := &g.reg.view
+		f := windowElapsed(p, g.cfg, g.now)
+		avail = min(avail, pacedAmount(e.share, g.cfg.Burst, f)-e.granted)
+		if avail < need && e.granted+need <= e.share {
+			g.paceAt = pacedAt(p, g.cfg, e.share, e.granted+need)
+		}
+	}
+	return leaseSize(avail, need, 0)
+}
+
+// pacedAt is when a share's paced amount reaches units, in p's window.
+func pacedAt(p *plan, cfg *Config, share, units int64) int64 {
+	start, end := planWindow(p, cfg)
+	b := cfg.Burst
+	if b >= 1 || share <= 0 {
+		return start
+	}
+	f := (float64(units)/float64(share) - b) / (1 - b)
+	return start + int64(math.Ceil(math.Max(0, math.Min(1, f))*float64(end-start)))
+}
