@@ -430,3 +430,33 @@ func TestOnlySelectsVariants(t *testing.T) {
 		t.Errorf("unknown variants %v, want [borrowcycle-fast]", bad)
 	}
 }
+
+// perf's report is split by place: the JIT's per-thread names all count as
+// the guest, Envoy's binary as Envoy, the kernel as kernel, the rest as
+// libraries; a line that is not a count and a place is an error.
+func TestParseDSOReport(t *testing.T) {
+	report := `# Samples: 11K of event 'cpu-clock'
+#      Samples  Shared Object
+# ............  .................
+#
+          1500  [JIT] tid 8571
+           500  [JIT] tid 8572
+          2000  [kernel.kallsyms]
+            40  [vdso]
+            60  libc.so.6
+          5900  envoy
+`
+	s, err := parseDSOReport(strings.NewReader(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.samples != 10000 || s.guest != 0.2 || s.envoy != 0.59 || s.kernel != 0.2 || s.libs != 0.01 {
+		t.Errorf("split %+v, want 10000 samples: guest 0.2, envoy 0.59, kernel 0.2, libs 0.01", s)
+	}
+	if _, err := parseDSOReport(strings.NewReader("lots envoy\n")); err == nil {
+		t.Error("a line without a sample count was accepted")
+	}
+	if _, err := parseDSOReport(strings.NewReader("# nothing\n")); err == nil {
+		t.Error("a report without samples was accepted")
+	}
+}

@@ -49,7 +49,10 @@ type Options struct {
 	Dir                    string
 	// Only, when set, measures just these variants besides the baselines
 	// the table divides by (noop, local_ratelimit, borrowcycle).
-	Only     []string
+	Only []string
+	// Profile samples each variant's Envoy with perf after the rounds
+	// (profile.go).
+	Profile  bool
 	Progress io.Writer // progress lines; the table is the caller's
 }
 
@@ -93,6 +96,9 @@ func (o *Options) check() error {
 	}
 	if o.Rounds < 1 || o.Connections < 1 || o.Clients < 1 {
 		errs = append(errs, errors.New("-rounds, -connections and -clients must be >= 1"))
+	}
+	if _, err := exec.LookPath("perf"); o.Profile && err != nil {
+		errs = append(errs, fmt.Errorf("-profile: %v (Debian's linux-perf)", err))
 	}
 	if bad := unknownVariants(o.Only); len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("-only: no variant %s", strings.Join(bad, ", ")))
@@ -163,6 +169,8 @@ type Results struct {
 	// PluginStats are the flood variants' plugin stats after the last
 	// round (pluginStats), by variant name.
 	PluginStats map[string]string
+	// Profiles are the -profile splits, in table order (nil without it).
+	Profiles []cpuSplit
 }
 
 // Run starts one Envoy per variant, warms each up, and measures them in
@@ -245,6 +253,18 @@ func Run(o Options) (_ *Results, err error) {
 				return nil, fmt.Errorf("round %d: %s: %w", r+1, in.name, err)
 			}
 			res.Samples[i] = append(res.Samples[i], s)
+		}
+	}
+	if o.Profile {
+		res.Profiles = make([]cpuSplit, len(insts))
+		for i, in := range insts {
+			fmt.Fprintf(o.Progress, "benchenvoy: profile %s (%ds)\n", in.name, secs)
+			if err := settle(client, in, o.clientIDs()); err != nil {
+				return nil, err
+			}
+			if res.Profiles[i], err = profileRun(in, load(in, secs), o.Dir); err != nil {
+				return nil, fmt.Errorf("profile %s: %w", in.name, err)
+			}
 		}
 	}
 	res.PluginStats = map[string]string{}

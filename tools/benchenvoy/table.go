@@ -152,6 +152,7 @@ func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "%s: wrk builds each request's id from %d ids (%s1 ... %s%d, in order from a random start);\n"+
 		"  the %d client ids are only probed between rounds.\n", VariantFlood, floodIDs, floodPrefix, floodPrefix, floodIDs, o.Clients)
 	fmt.Fprintf(w, "local_ratelimit: a descriptor per client id (from %s), x-ratelimit headers DRAFT_VERSION_03, never exhausted.\n", clientHeader)
+	r.writeProfile(w)
 	if lowest < saturated {
 		fmt.Fprintf(w, "\nWARNING: Envoy used as little as %.0f%% of its CPU in some variant: it was not saturated, so these figures\n"+
 			"describe this machine's load more than the filters. Rerun on a quiet machine.\n", 100*lowest)
