@@ -6,6 +6,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
 func TestPacedAmount(t *testing.T) {
@@ -52,19 +54,6 @@ func TestPaceFit(t *testing.T) {
 	}
 }
 
-// slidingMost is the most units admitted in any [t, t+span).
-func slidingMost(times []time.Time, span time.Duration) int {
-	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
-	most, lo := 0, 0
-	for hi := range times {
-		for times[hi].Sub(times[lo]) >= span {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
-}
-
 // TestPacingBoundsSlidingCycle: with pacing, any interval of one cycle's
 // length admits at most (1 + burst) × capacity, for every policy, under
 // random traffic that is idle for most of each window and then floods
@@ -106,7 +95,7 @@ func TestPacingBoundsSlidingCycle(t *testing.T) {
 				}
 			}
 		}
-		return slidingMost(admitted, cfg.Cycle), cfg
+		return capcheck.SlidingMost(admitted, cfg.Cycle), cfg
 	}
 	for _, pol := range []Policy{Seed{Reservation: 0.1}, Static{}, Fair{}} {
 		for _, burst := range []float64{0, 0.25, 1} {

@@ -21,8 +21,10 @@ package capcheck
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Admission is one admitted request, as the caller attributes it.
@@ -272,4 +274,25 @@ func (c *Checker) Check(t TB) {
 		}
 		t.Errorf("cap check: %s", v)
 	}
+}
+
+// SlidingMost is the most admissions in any half-open interval [t, t+span)
+// of the admission times: the figure pacing bounds by (1 + burst) ×
+// capacity per cycle, where aligned windows alone allow twice the capacity
+// across a boundary. It scans with two pointers over the times in order
+// (an interval holding the most can always start at an admission); times
+// out of order are sorted in a copy.
+func SlidingMost(times []time.Time, span time.Duration) int {
+	before := func(a, b time.Time) int { return a.Compare(b) }
+	if !slices.IsSortedFunc(times, before) {
+		times = slices.SortedFunc(slices.Values(times), before)
+	}
+	most, lo := 0, 0
+	for hi := range times {
+		for times[hi].Sub(times[lo]) >= span {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
 }

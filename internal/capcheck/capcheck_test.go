@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCheckerFindsEachViolation(t *testing.T) {
@@ -108,5 +109,33 @@ func TestCheckReportsEveryViolationBounded(t *testing.T) {
 	}
 	if !strings.Contains(r.lines[0], "window 0: admitted 2 > capacity 1") {
 		t.Fatalf("first line %q", r.lines[0])
+	}
+}
+
+// SlidingMost over intervals that are half-open, that span an aligned
+// window's boundary, and over times out of order.
+func TestSlidingMost(t *testing.T) {
+	epoch := time.Unix(1_700_000_000, 0)
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, epoch.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		times []time.Time
+		want  int
+	}{
+		{nil, 0},
+		{at(0), 1},
+		{at(0, 999, 1000), 2},               // [t, t+1s) is half-open
+		{at(900, 950, 1000, 1050, 1899), 5}, // the end of one window and the start of the next
+		{at(0, 500, 1500, 1600, 1700), 3},
+		{at(1700, 0, 1600, 500, 1500), 3}, // out of order
+	} {
+		if got := SlidingMost(tc.times, time.Second); got != tc.want {
+			t.Errorf("SlidingMost(%v) = %d, want %d", tc.times, got, tc.want)
+		}
 	}
 }

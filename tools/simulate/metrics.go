@@ -53,7 +53,7 @@ func Compute(res, inflated *Result) Metrics {
 		WindowViolations: res.Cap.Count(capcheck.OverCapacity),
 		ShareViolations:  res.Cap.Count(capcheck.OverShare) + res.Cap.Count(capcheck.MixedShares),
 		WorstWindow:      worstWindow(res),
-		WorstSliding:     ratio(float64(slidingWorst(res.AdmittedAt, time.Duration(res.Scenario.Cycle))), float64(res.Scenario.Capacity)),
+		WorstSliding:     ratio(float64(capcheck.SlidingMost(res.AdmittedAt, time.Duration(res.Scenario.Cycle))), float64(res.Scenario.Capacity)),
 		Utilisation:      utilisation(res),
 		Jain:             meanJain(res),
 		LightRejection:   lightRejection(res),
@@ -80,20 +80,6 @@ func Compute(res, inflated *Result) Metrics {
 func worstWindow(res *Result) float64 {
 	_, n := res.Cap.WorstWindow()
 	return ratio(float64(n), float64(res.Scenario.Capacity))
-}
-
-// slidingWorst is the most admissions in any half-open interval [t, t+span)
-// over times sorted ascending: two pointers, the interval starting at each
-// admission (an interval holding the most can always start at one).
-func slidingWorst(times []time.Time, span time.Duration) int {
-	most, lo := 0, 0
-	for hi := range times {
-		for times[hi].Sub(times[lo]) >= span {
-			lo++
-		}
-		most = max(most, hi-lo+1)
-	}
-	return most
 }
 
 // MaxMin is the max-min fair (water-filling) split of capacity over

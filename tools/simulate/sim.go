@@ -60,7 +60,7 @@ type Result struct {
 	Cap     *capcheck.Checker
 	Reasons map[string]int64
 	// AdmittedAt is the time of every admitted unit, in order, for the
-	// sliding-window metric (see slidingWorst).
+	// sliding-window metric (see capcheck.SlidingMost).
 	AdmittedAt []time.Time
 }
 

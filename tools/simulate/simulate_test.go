@@ -461,30 +461,6 @@ func TestCLI(t *testing.T) {
 	}
 }
 
-func TestSlidingWorst(t *testing.T) {
-	at := func(ms ...int) []time.Time {
-		var out []time.Time
-		for _, m := range ms {
-			out = append(out, epoch.Add(time.Duration(m)*time.Millisecond))
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		times []time.Time
-		want  int
-	}{
-		{nil, 0},
-		{at(0), 1},
-		{at(0, 999, 1000), 2},               // [t, t+1s) is half-open
-		{at(900, 950, 1000, 1050, 1899), 5}, // the end of one window and the start of the next
-		{at(0, 500, 1500, 1600, 1700), 3},
-	} {
-		if got := slidingWorst(tc.times, time.Second); got != tc.want {
-			t.Errorf("slidingWorst(%v) = %d, want %d", tc.times, got, tc.want)
-		}
-	}
-}
-
 // TestPacingBoundsSlidingCycle is the pacing bound in the simulator: with
 // burst b, no interval of one cycle's length admits more than (1 + b) × C
 // (C + 1 when b × C < 1), on every shipped scenario and policy.
@@ -503,7 +479,7 @@ func TestPacingBoundsSlidingCycle(t *testing.T) {
 					t.Fatal(err)
 				}
 				res := mustRun(t, sc, policy)
-				most := slidingWorst(res.AdmittedAt, time.Duration(sc.Cycle))
+				most := capcheck.SlidingMost(res.AdmittedAt, time.Duration(sc.Cycle))
 				bound := max(int64((1+b)*float64(sc.Capacity)), sc.Capacity+1)
 				if int64(most) > bound {
 					t.Errorf("%s/%s burst %v: %d admitted in one cycle's length, bound %d", sc.Name, p, b, most, bound)
