@@ -144,17 +144,16 @@ func accrued(capacity int64, f float64) int64 {
 	return int64(math.Ceil(math.Max(0, f) * float64(capacity)))
 }
 
-// gateFor is the gate of a lease for client entry e (rebased to plan p)
-// that has been granted granted units, at time t (Unix ns). Its tiers are
-// the per-unit ones times its weight.
-func gateFor(pol compactPolicy, p *plan, cfg *Config, e *entry, granted, t int64) borrowGate {
+// gateFor is the gate of a lease for the client with hash hash that has
+// been granted granted units, under plan p at time t (Unix ns). Its tiers
+// are the per-unit ones times its weight.
+func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t int64) borrowGate {
 	l, ok := pol.(lender)
 	if !ok {
 		return borrowGate{}
 	}
 	g, lv := l.tiers(&p.params)
-	w := cfg.weightOf(e.hash)
-	capped := cappedByLevel(e, p, w, lv)
+	w := cfg.weightOf(hash)
 	g, lv = g*w, lv*w
 	f := windowElapsed(p, cfg, t)
 	// The level accrues over the window like the pool, so that borrowers
@@ -164,7 +163,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, e *entry, granted, t int64
 	if cfg.Pace {
 		own = pacedAmount(own, cfg.Burst, f) // the guarantee accrues too
 	}
-	entitled := max(int64(math.Floor(g)), accruedLevel(lv, f, capped)) // its guarantee, or its level accrued so far
+	entitled := int64(math.Max(math.Floor(g), math.Ceil(lv*f))) // its guarantee, or its level accrued so far
 	return borrowGate{
 		on:       true,
 		own:      max(0, own-granted),
@@ -173,28 +172,6 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, e *entry, granted, t int64
 		entitled: granted >= entitled,
 		elapsed:  f,
 	}
-}
-
-// accruedLevel is how much of its water level lv a client may have had
-// at fraction f of the window. When the level binds exactly (Σ min(dᵢ, L)
-// = C), the pool ⌈f·C⌉ holds no more than the borrowers' accrued levels,
-// so their rounding decides who is refused. It goes to the client that
-// wanted no more than the level (rounded up: asking at its level's rate,
-// it is never a unit short), not to one the level capped (rounded down),
-// which would otherwise win by asking more often: doubling its attempts
-// then bought it the units the other one missed (design, "What is left").
-func accruedLevel(lv, f float64, capped bool) int64 {
-	if capped {
-		return int64(math.Floor(lv * f))
-	}
-	return int64(math.Ceil(lv * f))
-}
-
-// cappedByLevel reports whether the level held e back: the demand per
-// weight unit p's level was computed from exceeded it. A client new in p
-// has no such demand.
-func cappedByLevel(e *entry, p *plan, w, level float64) bool {
-	return !isNew(e, p) && e.prev/w > level
 }
 
 // windowElapsed is the fraction of p's window elapsed at t, in [0, 1].

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"testing"
 	"time"
 )
@@ -300,92 +299,5 @@ func TestFairLeaseIsExact(t *testing.T) {
 				t.Errorf("budget ran ahead of admissions: %v, want %v", ahead, tc.runAhead)
 			}
 		})
-	}
-}
-
-// TestAccruedLevel: a client the level capped accrues it rounded down,
-// any other rounded up.
-func TestAccruedLevel(t *testing.T) {
-	for _, tc := range []struct {
-		lv, f  float64
-		capped bool
-		want   int64
-	}{
-		{30, 0, false, 0},
-		{30, 0.5, false, 15},
-		{30, 0.51, false, 16},
-		{30, 0.51, true, 15},
-		{30, 0.99, true, 29},
-		{30, 1, true, 30},
-		{30, 1, false, 30},
-	} {
-		if got := accruedLevel(tc.lv, tc.f, tc.capped); got != tc.want {
-			t.Errorf("accruedLevel(%v, %v, %v) = %d, want %d", tc.lv, tc.f, tc.capped, got, tc.want)
-		}
-	}
-}
-
-// TestCappedByLevel: capped means the demand per weight unit the plan was
-// computed from exceeded the level; a client new in the plan never is.
-func TestCappedByLevel(t *testing.T) {
-	p := &plan{id: 10, roll: 10}
-	for _, tc := range []struct {
-		name    string
-		prev, w float64
-		created uint64
-		want    bool
-	}{
-		{"above the level", 50, 1, 1, true},
-		{"at the level", 30, 1, 1, false},
-		{"under the level", 10, 1, 1, false},
-		{"above it, but per weight unit under it", 50, 2, 1, false},
-		{"new in the plan", 50, 1, 9, false},
-	} {
-		e := &entry{prev: tc.prev, created: tc.created}
-		if got := cappedByLevel(e, p, tc.w, 30); got != tc.want {
-			t.Errorf("%s: capped = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// TestFairLevelRaceGoesToTheUncapped: after a step, the level binds
-// exactly (10 + 3 × 30 = C). C asks exactly its level, A and D more, and
-// more often; C must still get all of its 30: the rounding of the
-// accrued level favours the client the level did not cap.
-func TestFairLevelRaceGoesToTheUncapped(t *testing.T) {
-	cfg := fairConfig(100)
-	l := newLimiter(t, cfg, NewMemStore())
-	if err := l.RegisterAt(t0, "A", "B", "C", "D"); err != nil {
-		t.Fatal(err)
-	}
-	cycle := cfg.Cycle
-	for w := 0; w < 3; w++ {
-		start := t0.Add(time.Duration(w) * cycle)
-		l.TickAt(start)
-		got := map[string]int{}
-		// Interleaved like the simulator: each client's requests at the
-		// middles of its equal slots.
-		type req struct {
-			at     time.Duration
-			client string
-		}
-		var reqs []req
-		for _, c := range []struct {
-			name string
-			n    int
-		}{{"A", 50}, {"B", 10}, {"C", 30}, {"D", 40}} {
-			for i := 0; i < c.n; i++ {
-				reqs = append(reqs, req{time.Duration((float64(i) + 0.5) * float64(cycle) / float64(c.n)), c.name})
-			}
-		}
-		sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].at < reqs[j].at })
-		for _, r := range reqs {
-			if l.AdmitAt(start.Add(r.at), r.client).Allowed {
-				got[r.client]++
-			}
-		}
-		if w > 0 && got["C"] != 30 {
-			t.Errorf("window %d: C admitted %d of 30 (A %d, D %d)", w, got["C"], got["A"], got["D"])
-		}
 	}
 }

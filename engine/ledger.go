@@ -152,7 +152,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		if need > 0 {
 			want := g.leaseWant(&e, need, cs.flushed+cs.unflushed)
 			if want > inHand {
-				g.gate = gateFor(r.pol, p, g.cfg, &e, e.granted+inHand, g.now)
+				g.gate = gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, g.now)
 				got, ok := g.take(want - inHand)
 				g.gate = borrowGate{}
 				if !ok {
