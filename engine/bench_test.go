@@ -52,11 +52,25 @@ func BenchmarkRateAllowN(b *testing.B) {
 	}
 }
 
+// BenchmarkAdmit runs the seed policy (leases batched) and the fair one,
+// whose leases are exact: one store round trip per admitted request.
 func BenchmarkAdmit(b *testing.B) {
-	for _, clients := range []int{1, 100} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+	for _, tc := range []struct {
+		policy  Policy
+		clients int
+	}{{nil, 1}, {nil, 100}, {Fair{}, 1}, {Fair{}, 100}} {
+		name := fmt.Sprintf("clients=%d", tc.clients)
+		if tc.policy != nil {
+			name = tc.policy.Name() + "/" + name
+		}
+		clients := tc.clients
+		b.Run(name, func(b *testing.B) {
 			store := &countingStore{Store: NewMemStore()}
-			l, _ := New(benchConfig(clients), store)
+			cfg := benchConfig(clients)
+			if tc.policy != nil {
+				cfg.Policy = tc.policy
+			}
+			l, _ := New(cfg, store)
 			ids := clientIDs(clients)
 			if err := l.RegisterAt(t0, ids...); err != nil {
 				b.Fatal(err)

@@ -254,3 +254,50 @@ func TestCapHoldsForEveryPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestFairLeaseIsExact: a fair client's lease is exactly what its request
+// asks, within its guarantee too, so the window budget never holds units
+// nobody has admitted yet (the borrow gate reads the budget as what has
+// been used so far). The static split batches: its budget runs ahead.
+func TestFairLeaseIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		policy   Policy
+		runAhead bool // the budget held more than was admitted at some point
+	}{
+		{Fair{}, false},
+		{Static{}, true},
+	} {
+		t.Run(tc.policy.Name(), func(t *testing.T) {
+			cfg := fairConfig(1000)
+			cfg.Policy = tc.policy
+			store := NewMemStore()
+			l := newLimiter(t, cfg, store)
+			if err := l.RegisterAt(t0, "light", "b"); err != nil {
+				t.Fatal(err)
+			}
+			l.TickAt(t0)
+			var admitted int64
+			ahead := false
+			// 20 requests, well under the default share of 500.
+			for i := 0; i < 20; i++ {
+				at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+				if !l.AdmitAt(at, "light").Allowed {
+					t.Fatalf("request %d refused under the guarantee", i)
+				}
+				admitted++
+				raw, _, err := store.Get(cfg.KeyPrefix + "/w")
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := decodeBudget(raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ahead = ahead || b.granted > admitted
+			}
+			if ahead != tc.runAhead {
+				t.Errorf("budget ran ahead of admissions: %v, want %v", ahead, tc.runAhead)
+			}
+		})
+	}
+}

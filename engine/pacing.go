@@ -122,24 +122,21 @@ func (g *ledger) paced(got int64) int64 {
 	return 0
 }
 
-// leaseWant sizes a lease for entry e (see leaseSize). Paced, a lease is
-// exactly need, and a client of a partitioning policy may hold only its
+// leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the
+// fair policy, a lease is exactly need. A fair client's batch would draw
+// units from the window budget before they are used, even within its
+// guarantee, and the borrow gate reads the budget as what has been used
+// so far: batches make the pool look spent and strand capacity (design,
+// "Leases"). Paced, a client of a partitioning policy may hold only its
 // paced amount of its share; when that is short, g.paceAt says when it
 // is not. (The fair policy paces its guarantee in its gate.)
 func (g *ledger) leaseWant(e *entry, need, seen int64) int64 {
-	if l, lends := g.reg.pol.(lender); lends && !g.cfg.Pace {
-		// Borrowed units are scarce: a lease past the guarantee takes
-		// exactly what is asked, so none sit unused in a worker.
-		guarantee, _ := l.tiers(&g.reg.view.params)
-		if float64(e.granted+need) > guarantee*g.cfg.weightOf(e.hash) {
-			seen = 0
-		}
-	}
-	if !g.cfg.Pace {
+	_, lends := g.reg.pol.(lender)
+	if !g.cfg.Pace && !lends {
 		return leaseSize(e.share-e.granted, need, seen)
 	}
 	avail := e.share - e.granted
-	if _, lends := g.reg.pol.(lender); !lends {
+	if !lends {
 		p := &g.reg.view
 		f := windowElapsed(p, g.cfg, g.now)
 		avail = min(avail, pacedAmount(e.share, g.cfg.Burst, f)-e.granted)
