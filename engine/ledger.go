@@ -15,8 +15,9 @@ import "errors"
 // A worker admits only from units it leased, each unit once, so what a
 // window admits is at most what its budget granted.
 type ledger struct {
-	reg *registry
-	cfg *Config
+	reg   *registry
+	cfg   *Config
+	fleet *fleetWorker // nil unless fleet mode (fleet.go)
 }
 
 // clientState is what this worker holds for one counted client.
@@ -237,7 +238,7 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		}
 		var moved int64
 		if delta > 0 {
-			moved = min(delta, max(0, v.capacity-v.granted))
+			moved = min(delta, max(0, g.fleetCap(v.capacity, p.window)-v.granted))
 		} else {
 			moved = -min(-delta, v.granted)
 		}
