@@ -15,9 +15,9 @@ import (
 // Defaults and bounds of the fleet block.
 const (
 	maxClusterNameLen = 256
-	// maxFleetReply bounds the Gubernator answer read: a few requests'
+	// MaxFleetReply bounds the Gubernator answer read: a few requests'
 	// answers are well under 4 KiB; a larger body is garbage.
-	maxFleetReply = 64 << 10
+	MaxFleetReply = 64 << 10
 	// GubernatorPath is the gateway's endpoint for GetRateLimits.
 	GubernatorPath = "/v1/GetRateLimits"
 )
@@ -129,7 +129,9 @@ func (f *Filter) FleetCalls(dst []FleetCall) []FleetCall {
 func (f *Filter) FleetDone(c *FleetCall, status int, body []byte, err error) engine.FleetEvent {
 	var replies []engine.LeaseReply
 	if err == nil {
-		if status != 200 {
+		if status == 0 {
+			err = &gubernatorError{"no answer within " + c.Timeout.String() + " (or no connection)"}
+		} else if status != 200 {
 			err = &gubernatorError{"HTTP status " + strconv.Itoa(status)}
 		} else {
 			replies, err = ParseLeaseReplies(body, len(c.call.Hits))
@@ -176,7 +178,7 @@ type gubernatorReply struct {
 // answers, each UNDER_LIMIT or OVER_LIMIT with a remaining count and no
 // error. Anything else is garbage, reported as an error, never a panic.
 func ParseLeaseReplies(body []byte, n int) ([]engine.LeaseReply, error) {
-	if len(body) > maxFleetReply {
+	if len(body) > MaxFleetReply {
 		return nil, &gubernatorError{"answer of " + strconv.Itoa(len(body)) + " bytes"}
 	}
 	var doc struct {

@@ -104,7 +104,7 @@ func TestParseLeaseReplies(t *testing.T) {
 		`{"responses":[{"status":"UNDER_LIMIT","remaining":"-3"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
 		`{"responses":[{"status":"UNDER_LIMIT"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
 		`{"responses":"no"}`,
-		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1"},` + strings.Repeat(" ", maxFleetReply) + `]}`,
+		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1"},` + strings.Repeat(" ", MaxFleetReply) + `]}`,
 	}
 	for _, b := range bad {
 		if got, err := ParseLeaseReplies([]byte(b), 2); err == nil {
