@@ -499,8 +499,8 @@ type leasePlan struct {
 }
 
 // sizeLeases sizes a sync at elapsed ns into window k (left ns remain) from
-// the process's demand rate: units asked for in this window so far, or over
-// the whole previous one, whichever is higher. The process aims to hold,
+// the process's demand rate: units asked for in this window so far (in its
+// first quarter, the previous window's rate if higher). The process aims to hold,
 // beyond what it granted, twice what it would need until the sync after
 // next; it leases when it holds less than half of that and gives back above
 // one and a half times. Near the end of the window the horizon shrinks to
@@ -518,7 +518,9 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 	if elapsed > 0 {
 		rate = float64(cur.asked) / float64(max(elapsed, interval))
 	}
-	if prev := s.slot(k - 1); prev != nil {
+	// The previous window speaks for the first quarter of this one, until
+	// this one has seen enough: then an idle process stops leasing at once.
+	if prev := s.slot(k - 1); prev != nil && 4*elapsed < cycle {
 		rate = max(rate, float64(prev.asked)/float64(cycle))
 	}
 	// The epsilon keeps float noise from rounding an exact need up.
@@ -528,7 +530,7 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 		target := max(2*need(min(horizon, left)), floor)
 		room := capacity - cur.leased
 		if 2*elapsed < cycle {
-			room = min(room, fairShare(cur, f.Capacity)-cur.leased)
+			room = min(room, fairShare(s, k, f.Capacity)-cur.leased)
 		}
 		switch {
 		case headroom*2 < target:
@@ -540,7 +542,7 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 	if left <= horizon && k+1 > s.fallbackUntil {
 		next := s.claim(k + 1)
 		target := max(2*need(horizon), floor)
-		room := min(capacity, fairShare(cur, f.Capacity)) - next.leased
+		room := min(capacity, fairShare(s, k, f.Capacity)) - next.leased
 		if next.leased*2 < target {
 			p.ahead = capLease(target-next.leased, room, next.rem)
 		}
@@ -549,22 +551,31 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 }
 
 // fairShare is the part of the fleet capacity in proportion to the
-// process's part of the fleet's demand in the slot's window (all of it
-// while the fleet's demand is unknown).
-func fairShare(sl *fleetSlot, fleetCap int64) int64 {
-	if sl.total <= 0 || sl.asked >= sl.total {
+// process's part of the fleet's demand over windows k−1 and k (all of it
+// while the fleet's demand is unknown). The previous window counts because
+// early in a window the demand key holds only the first posters' demand:
+// alone, it would hand the first process to sync the whole capacity.
+func fairShare(s *fleetState, k, fleetCap int64) int64 {
+	var mine, all int64
+	for _, w := range []int64{k - 1, k} {
+		if sl := s.slot(w); sl != nil && sl.total > 0 {
+			mine, all = mine+sl.asked, all+max(sl.total, sl.asked)
+		}
+	}
+	if all <= 0 || mine >= all {
 		return fleetCap
 	}
-	return int64(math.Ceil(float64(fleetCap) * float64(sl.asked) / float64(sl.total)))
+	return int64(math.Ceil(float64(fleetCap) * float64(mine) / float64(all)))
 }
 
 // capLease bounds a lease by room (the process's own capacity left, and its
 // fair share early in the window) and by what the key had left at its last
-// OVER_LIMIT (rem, -1 when unknown): asking for more than remains consumes
-// nothing.
+// OVER_LIMIT (rem, -1 when unknown), so the next ask fits. When the key had
+// nothing left it asks in full again: others may have given units back,
+// and an ask beyond what remains consumes nothing but tells what remains.
 func capLease(want, room, rem int64) int64 {
 	n := min(want, room)
-	if rem >= 0 {
+	if rem > 0 {
 		n = min(n, rem)
 	}
 	return max(n, 0)

@@ -291,6 +291,7 @@ func TestSizeLeases(t *testing.T) {
 	}{
 		{"no demand yet: the standing lease", state(noWindow), 0, cycle, leasePlan{lease: 15}},
 		{"sized on the previous window's rate (200/s: 2 x 50)", state(noWindow, slot(4, 1000, 1000, 2000, 0)), 0, cycle, leasePlan{lease: 100}},
+		{"past the first quarter: the previous window no longer counts", state(noWindow, slot(4, 1000, 1000, 2000, 0), slot(5, 0, 0, 0, 0)), 3000 * ms, 7000 * ms, leasePlan{lease: 15}},
 		{"enough in hand", state(noWindow, slot(5, 170, 70, 1000, 0)), 5000 * ms, 5000 * ms, leasePlan{}},
 		{"early: no more than the demand's share of the fleet", state(noWindow, slot(5, 200, 200, 1000, 4000)), 4000 * ms, 6000 * ms, leasePlan{lease: 50}},
 		{"late: what is left goes to need (1000 in 6 s: 2 x 42)", state(noWindow, slot(5, 200, 200, 1000, 4000)), 6000 * ms, 4000 * ms, leasePlan{lease: 84}},
