@@ -54,12 +54,17 @@ func main() {
 	daemon.Close()
 }
 
-// staticPeers parses GUBER_STATIC_PEERS; nil when it is empty.
+// staticPeers parses GUBER_STATIC_PEERS; nil when it is empty. The peer
+// whose address is this daemon's GUBER_ADVERTISE_ADDRESS, as written (the
+// daemon resolves its own copy to an IP), is this one: it serves its keys
+// itself instead of calling itself over gRPC. SetPeers also recognises the
+// gRPC listen address.
 func staticPeers(list string) []gubernator.PeerInfo {
+	self := os.Getenv("GUBER_ADVERTISE_ADDRESS")
 	var peers []gubernator.PeerInfo
 	for _, addr := range strings.Split(list, ",") {
 		if addr = strings.TrimSpace(addr); addr != "" {
-			peers = append(peers, gubernator.PeerInfo{GRPCAddress: addr})
+			peers = append(peers, gubernator.PeerInfo{GRPCAddress: addr, IsOwner: addr == self})
 		}
 	}
 	return peers
