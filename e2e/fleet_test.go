@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 	"github.com/borrowcycle/borrowcycle/internal/envoyrun"
+	"gopkg.in/yaml.v3"
 )
 
 // Fleet mode against real Envoys (--concurrency 2) and a real 2-peer
@@ -408,4 +411,49 @@ func TestFleetGarbageAndTimeoutsNeverStallAWorker(t *testing.T) {
 		t.Errorf("%d failed callouts counted", fails)
 	}
 	t.Logf("%d callouts failed over %d modes of garbage and timeouts; %d requests answered", fails, len(modes), len(rs))
+}
+
+// TestFleetExamplesParse checks the shipped fleet examples with the plugin's
+// own parser: envoy/fleet.yaml (whose fleet cluster must exist in it) and
+// the Istio WasmPlugin.
+func TestFleetExamplesParse(t *testing.T) {
+	b, err := envoyrun.FleetBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := b.PluginConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseSettings(raw)
+	if err != nil {
+		t.Fatalf("envoy/fleet.yaml plugin configuration: %v", err)
+	}
+	if s.FleetCluster != envoyrun.GubernatorCluster || s.Engine.Fleet == nil {
+		t.Errorf("envoy/fleet.yaml: fleet cluster %q, fleet %+v", s.FleetCluster, s.Engine.Fleet)
+	}
+	if err := b.SetClusterEndpoints(s.FleetCluster, 1); err != nil {
+		t.Errorf("envoy/fleet.yaml has no cluster %q: %v", s.FleetCluster, err)
+	}
+	root, err := envoyrun.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := os.ReadFile(filepath.Join(root, "envoy", "istio", "fleet.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(string(docs), "\n---\n")
+	var plugin map[string]any
+	if err := yaml.Unmarshal([]byte(parts[len(parts)-1]), &plugin); err != nil {
+		t.Fatal(err)
+	}
+	cfg := mustJSON(t, field(t, plugin, "spec", "pluginConfig"))
+	is, err := parseSettings(cfg)
+	if err != nil {
+		t.Fatalf("envoy/istio/fleet.yaml pluginConfig: %v", err)
+	}
+	if !strings.HasPrefix(is.FleetCluster, "outbound|1050||") {
+		t.Errorf("Istio fleet cluster %q: want Istio's outbound|port||host name", is.FleetCluster)
+	}
 }
