@@ -264,14 +264,26 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 	t.Log("peer 0 stopped: the whole cluster is down")
 	time.Sleep(3 * fleetCycle)
 	leasedBefore := []int64{statOf(t, tgs[0], "leased"), statOf(t, tgs[1], "leased")}
+	answeredBefore := []int64{answered(t, tgs[0]), answered(t, tgs[1])}
 	g.start(0)
 	g.start(1)
 	back := time.Now()
 	g.waitReady()
 	ready := time.Now()
-	// Recovery: from the cluster answering again until each Envoy leases
-	// again, as its flushed counter shows (up to one tick period later).
-	var recovered []time.Duration
+	// Recovery, from the cluster answering again, as the flushed counters
+	// show it (up to one tick period late): each Envoy's first answered
+	// callout (it rejoins), then its first lease (the fallback stays in
+	// force to the end of the window after the last failure).
+	var rejoined, recovered []time.Duration
+	for i, tg := range tgs {
+		for answered(t, tg) == answeredBefore[i] {
+			if time.Since(back) > 30*time.Second {
+				t.Fatalf("envoy %d: no callout answered in 30 s after the peers came back", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		rejoined = append(rejoined, time.Since(ready))
+	}
 	for i, tg := range tgs {
 		for {
 			st, err := fetchStats(tg.admin)
@@ -325,8 +337,20 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 			t.Errorf("envoy %d: %d fallback episodes counted, %d logged: want at least one, one line each", i, fb, logs)
 		}
 	}
-	t.Logf("FLEET recovery: the restarted peers answered %s after their start; then envoy a leased again after %s, envoy b after %s (sync_interval 100ms, metrics flushed every 100 ms tick)",
-		ready.Sub(back).Round(time.Millisecond), recovered[0].Round(time.Millisecond), recovered[1].Round(time.Millisecond))
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	t.Logf("FLEET recovery: the restarted peers answered %s after their start; from then, envoy a rejoined after %s and leased again after %s, envoy b after %s and %s (sync_interval 100ms, cycle %s, counters flushed every 100 ms tick)",
+		ms(ready.Sub(back)), ms(rejoined[0]), ms(recovered[0]), ms(rejoined[1]), ms(recovered[1]), fleetCycle)
+}
+
+// answered is how many of the Envoy's callouts were answered well so far.
+func answered(t *testing.T, tg *target) int64 {
+	t.Helper()
+	st, err := fetchStats(tg.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "wasmcustom.borrowcycle." + tg.settings.Name + ".fleet."
+	return st[prefix+"callouts"] - st[prefix+"failures"]
 }
 
 // fallbackLogLines counts the log lines that open a fallback episode.
