@@ -3,6 +3,7 @@
 #   make run    build the plugin, get Envoy if missing, serve on :10000 (admin :9901)
 #   make test   every test: engine (-race), plugin (native + compiled wasm),
 #               multi-VM wasm host, simulator, and end-to-end against real Envoy
+#               (fleet mode against a real Gubernator, built from its module)
 #   make image  OCI images of the module for Istio's WasmPlugin, no Docker needed
 #   make push IMAGE=registry/repo:tag   push them (the compat image to tag-compat)
 #   make bench-envoy  the filter's cost per request in real Envoy (tools/benchenvoy)
@@ -87,6 +88,7 @@ test-unit:
 
 test-e2e:
 	@[ -x "$(ENVOY_LINK)" ] || echo "!! e2e: $(ENVOY_LINK) missing: the e2e tests will SKIP (run make envoy; CI sets BORROWCYCLE_REQUIRE_ENVOY=1 and fails instead)" >&2
+	@[ -x "$(GUBERNATOR)" ] || echo "!! e2e: $(GUBERNATOR) missing: the fleet-mode e2e tests will SKIP (run make gubernator; CI fails instead)" >&2
 	BORROWCYCLE_ENVOY=$(abspath $(ENVOY_LINK)) BORROWCYCLE_WASM=$(abspath $(WASM)) \
 		BORROWCYCLE_GUBERNATOR=$(abspath $(GUBERNATOR)) \
 		$(GO) test -count=1 -timeout 20m $(E2E_PKGS)
