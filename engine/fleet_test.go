@@ -410,3 +410,62 @@ func FuzzDecodeFleet(f *testing.F) {
 		}
 	})
 }
+
+// TestReclaimNeverFreesGrantedUnits gives back more than is free: the
+// reclaim takes only the free units out of the budget before lowering the
+// hold, so the budget never grants beyond what the process holds.
+func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
+	cfg := fleetConfig(100, 100, 0)
+	store := NewMemStore()
+	l, err := New(cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := fleetEpoch.Add(time.Second)
+	k, _, _ := WindowAt(now, cfg.Cycle, 0)
+	if err := l.led.fleet.update(store, 4, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for i := 0; i < 30; i++ {
+		if l.AdmitAt(now, "a").Allowed {
+			admitted++
+		}
+	}
+	granted := l.budgetUsed(k)
+	if admitted != 30 || granted < 30 || granted >= 50 {
+		t.Fatalf("set-up: admitted %d, budget granted %d; want 30 admitted and some of the 50 held still free", admitted, granted)
+	}
+	got := l.reclaim(now.UnixNano(), k, 45)
+	s, _, _ := l.led.fleet.read(store)
+	if got != 50-granted || s.slot(k).leased != granted {
+		t.Fatalf("admitted %d, budget granted %d: reclaimed %d, hold now %d; want %d and %d",
+			admitted, granted, got, s.slot(k).leased, 50-granted, granted)
+	}
+	if n, _ := l.led.adjust(1); n != 0 {
+		t.Errorf("the budget granted %d more after the give-back", n)
+	}
+}
+
+// TestUnreadableFleetRecordHoldsNothing: a garbled record grants nothing
+// until the next fleet step starts it afresh.
+func TestUnreadableFleetRecordHoldsNothing(t *testing.T) {
+	cfg := fleetConfig(100, 100, 10)
+	store := NewMemStore()
+	l, err := New(cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(cfg.KeyPrefix+"/f", []byte("garbage"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.AdmitAt(fleetEpoch, "a"); d.Allowed {
+		t.Errorf("admitted on an unreadable fleet record: %+v", d)
+	}
+	if _, ok := l.FleetCallAt(fleetEpoch); !ok {
+		t.Error("no callout after the record was started afresh")
+	}
+	if _, _, err := l.led.fleet.read(store); err != nil {
+		t.Errorf("record still unreadable: %v", err)
+	}
+}
