@@ -529,10 +529,16 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 		headroom := max(0, cur.leased-cur.used)
 		target := max(2*need(min(horizon, left)), floor)
 		room := capacity - cur.leased
-		if 2*elapsed < cycle {
-			room = min(room, fairShare(s, k, f.Capacity)-cur.leased)
+		fair := fairShare(s, k, f.Capacity, elapsed, cycle)
+		early := 2*elapsed < cycle
+		if early {
+			room = min(room, fair-cur.leased)
 		}
 		switch {
+		case early && cur.leased > fair && headroom > 0:
+			// Holding more than its share while others want theirs (the
+			// split moved): the excess goes back now, not at the window's end.
+			p.giveBack = min(headroom, cur.leased-fair)
 		case headroom*2 < target:
 			p.lease = capLease(target-headroom, room, cur.rem)
 		case headroom*2 > target*3:
@@ -542,7 +548,7 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 	if left <= horizon && k+1 > s.fallbackUntil {
 		next := s.claim(k + 1)
 		target := max(2*need(horizon), floor)
-		room := min(capacity, fairShare(s, k, f.Capacity)) - next.leased
+		room := min(capacity, fairShare(s, k, f.Capacity, elapsed, cycle)) - next.leased
 		if next.leased*2 < target {
 			p.ahead = capLease(target-next.leased, room, next.rem)
 		}
@@ -551,21 +557,27 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 }
 
 // fairShare is the part of the fleet capacity in proportion to the
-// process's part of the fleet's demand over windows k−1 and k (all of it
-// while the fleet's demand is unknown). The previous window counts because
-// early in a window the demand key holds only the first posters' demand:
-// alone, it would hand the first process to sync the whole capacity.
-func fairShare(s *fleetState, k, fleetCap int64) int64 {
-	var mine, all int64
-	for _, w := range []int64{k - 1, k} {
-		if sl := s.slot(w); sl != nil && sl.total > 0 {
-			mine, all = mine+sl.asked, all+max(sl.total, sl.asked)
+// process's part of the fleet's demand (all of it while that is unknown).
+// Early in a window the demand key holds only the first posters' demand,
+// and alone it would hand the first process to sync the whole capacity; so
+// the previous window's demand counts too, fading out over the first
+// quarter of this one, after which the split follows this window's demand.
+func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
+	var mine, all float64
+	prevWeight := max(0, 1-4*float64(elapsed)/float64(cycle))
+	for _, w := range []struct {
+		k      int64
+		weight float64
+	}{{k - 1, prevWeight}, {k, 1}} {
+		if sl := s.slot(w.k); sl != nil && sl.total > 0 && w.weight > 0 {
+			mine += w.weight * float64(sl.asked)
+			all += w.weight * float64(max(sl.total, sl.asked))
 		}
 	}
 	if all <= 0 || mine >= all {
 		return fleetCap
 	}
-	return int64(math.Ceil(float64(fleetCap) * float64(mine) / float64(all)))
+	return int64(math.Ceil(float64(fleetCap) * mine / all))
 }
 
 // capLease bounds a lease by room (the process's own capacity left, and its
