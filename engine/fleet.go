@@ -122,7 +122,7 @@ type fleetSlot struct {
 	posted int64 // of which added to the demand key
 	total  int64 // the fleet's demand at the last sync; 0: unknown
 	used   int64 // the budget's granted at the last sync of the window
-	rem    int64 // the key's remaining from its last OVER_LIMIT; -1: unknown
+	rem    int64 // what the key had left at its last answer; -1: no answer yet
 }
 
 // fleetState is the fleet record.
@@ -356,10 +356,10 @@ func (l *Limiter) planCall(t, k int64) LeaseCall {
 			call.Hits = append(call.Hits, l.hit(k, -got))
 		}
 	}
-	if plan.lease > 0 {
+	if plan.lease > 0 || plan.probe {
 		call.Hits = append(call.Hits, l.hit(k, plan.lease))
 	}
-	if plan.ahead > 0 {
+	if plan.ahead > 0 || plan.probeAhead {
 		call.Hits = append(call.Hits, l.hit(k+1, plan.ahead))
 	}
 	return call
@@ -481,21 +481,35 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 			continue // a window whose count is not trusted, or over
 		}
 		sl := s.claim(h.Window)
-		if r.Over {
-			sl.rem = max(r.Remaining, 0)
+		if h.Hits == 0 || !consumed(h.Hits, r) {
+			sl.rem = max(r.Remaining, 0) // a probe, or a refused lease
 			continue
 		}
 		sl.leased += h.Hits
-		sl.rem = -1
+		sl.rem = max(r.Remaining, 0)
 		ev.Leased += h.Hits
 	}
 	return ev
 }
 
+// consumed reports whether Gubernator took a lease's hits. A refused hit
+// is answered OVER_LIMIT and leaves remaining < hits. But Gubernator
+// v2.4.0's token bucket keeps the status of the last hit that found the key
+// at 0: from then on it answers OVER_LIMIT to every hit on the key, consumed
+// or not. So a hit that leaves remaining ≥ hits was consumed whatever the
+// status says; an OVER_LIMIT below that is taken as refused, which at worst
+// leaves units counted and unused (never granted twice). Asking at most
+// half of what the key had left (capLease) keeps that case rare.
+func consumed(hits int64, r LeaseReply) bool { return !r.Over || r.Remaining >= hits }
+
 // leasePlan is one sync's sizing: units to lease for the current window and
-// ahead for the next, and units of the current one to give back.
+// ahead for the next, and units of the current one to give back. probe and
+// probeAhead ask what a key has left (hits 0) instead of leasing, when it
+// had nothing left at the last answer: a hit on a key at 0 is what makes
+// Gubernator's status stick (see consumed).
 type leasePlan struct {
 	lease, ahead, giveBack int64
+	probe, probeAhead      bool
 }
 
 // sizeLeases sizes a sync at elapsed ns into window k (left ns remain) from
@@ -540,7 +554,7 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 			// split moved): the excess goes back now, not at the window's end.
 			p.giveBack = min(headroom, cur.leased-fair)
 		case headroom*2 < target:
-			p.lease = capLease(target-headroom, room, cur.rem)
+			p.lease, p.probe = capLease(target-headroom, room, cur.rem)
 		case headroom*2 > target*3:
 			p.giveBack = headroom - target
 		}
@@ -550,7 +564,7 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 		target := max(2*need(horizon), floor)
 		room := min(capacity, fairShare(s, k, f.Capacity, elapsed, cycle)) - next.leased
 		if next.leased*2 < target {
-			p.ahead = capLease(target-next.leased, room, next.rem)
+			p.ahead, p.probeAhead = capLease(target-next.leased, room, next.rem)
 		}
 	}
 	return p
@@ -581,14 +595,18 @@ func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 }
 
 // capLease bounds a lease by room (the process's own capacity left, and its
-// fair share early in the window) and by what the key had left at its last
-// OVER_LIMIT (rem, -1 when unknown), so the next ask fits. When the key had
-// nothing left it asks in full again: others may have given units back,
-// and an ask beyond what remains consumes nothing but tells what remains.
-func capLease(want, room, rem int64) int64 {
-	n := min(want, room)
-	if rem > 0 {
-		n = min(n, rem)
+// fair share early in the window) and by half of what the key had left at
+// its last answer (rem, -1 before any): a hit of at most half of what is
+// left leaves at least as much as it took, so its answer is unambiguous
+// even when Gubernator's status sticks (see consumed). When the key had nothing left, it probes instead (probe true):
+// others may have given units back since.
+func capLease(want, room, rem int64) (n int64, probe bool) {
+	n = max(min(want, room), 0)
+	switch {
+	case rem == 0:
+		return 0, n > 0
+	case rem > 0:
+		n = min(n, max(1, rem/2))
 	}
-	return max(n, 0)
+	return n, false
 }

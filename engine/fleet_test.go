@@ -9,17 +9,20 @@ import (
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
-// fakeGubernator answers callouts the way Gubernator's token bucket does
-// for one window key: hits up to what remains are consumed, more are
-// refused whole (OVER_LIMIT, nothing consumed), negative hits give back.
+// fakeGubernator answers callouts the way Gubernator v2.4.0's token bucket
+// does for one window key: hits up to what remains are consumed, more are
+// refused whole (OVER_LIMIT, nothing consumed), negative hits give back,
+// hits 0 only read. And its quirk: once a positive hit finds the key at 0,
+// every later answer on the key says OVER_LIMIT, consumed or not.
 type fakeGubernator struct {
 	remaining map[string]int64
+	stuck     map[string]bool
 	down      bool
 	calls     int
 }
 
 func newFakeGubernator() *fakeGubernator {
-	return &fakeGubernator{remaining: make(map[string]int64)}
+	return &fakeGubernator{remaining: make(map[string]int64), stuck: make(map[string]bool)}
 }
 
 var errDown = errors.New("gubernator unreachable")
@@ -35,13 +38,19 @@ func (g *fakeGubernator) answer(call LeaseCall) ([]LeaseReply, error) {
 		if !ok {
 			rem = h.Limit
 		}
+		if !ok {
+			g.remaining[h.Key] = rem
+		}
+		if rem == 0 && h.Hits > 0 {
+			g.stuck[h.Key] = true
+		}
 		if h.Hits > rem {
 			out[i] = LeaseReply{Over: true, Remaining: rem}
 			continue
 		}
 		rem -= h.Hits
 		g.remaining[h.Key] = rem
-		out[i] = LeaseReply{Remaining: rem}
+		out[i] = LeaseReply{Over: g.stuck[h.Key], Remaining: rem}
 	}
 	return out, nil
 }
@@ -298,7 +307,8 @@ func TestSizeLeases(t *testing.T) {
 			state(noWindow, slot(4, 1000, 1000, 100, 1000), slot(5, 380, 380, 300, 400)), 1250 * ms, 8750 * ms, leasePlan{lease: 9}},
 		{"early: holding more than its share gives the excess back", state(noWindow, slot(5, 300, 100, 1000, 4000)), 4000 * ms, 6000 * ms, leasePlan{giveBack: 50}},
 		{"late: what is left goes to need (1000 in 6 s: 2 x 42)", state(noWindow, slot(5, 200, 200, 1000, 4000)), 6000 * ms, 4000 * ms, leasePlan{lease: 84}},
-		{"bounded by the key's remaining", state(noWindow, withRem(slot(5, 200, 200, 1000, 4000), 30)), 6000 * ms, 4000 * ms, leasePlan{lease: 30}},
+		{"bounded by half the key's remaining", state(noWindow, withRem(slot(5, 200, 200, 1000, 4000), 30)), 6000 * ms, 4000 * ms, leasePlan{lease: 15}},
+		{"a key with nothing left is probed, not hit", state(noWindow, withRem(slot(5, 200, 200, 1000, 4000), 0)), 6000 * ms, 4000 * ms, leasePlan{probe: true}},
 		{"bounded by the process capacity", state(noWindow, slot(5, 990, 990, 6000, 0)), 6000 * ms, 4000 * ms, leasePlan{lease: 10}},
 		{"idle: gives back above 1.5 x the target", state(noWindow, slot(5, 300, 100, 100, 0)), 5000 * ms, 5000 * ms, leasePlan{giveBack: 185}},
 		{"near the end: leases ahead", state(noWindow, slot(5, 560, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{ahead: 100}},
@@ -470,5 +480,23 @@ func TestUnreadableFleetRecordHoldsNothing(t *testing.T) {
 	}
 	if _, _, err := l.led.fleet.read(store); err != nil {
 		t.Errorf("record still unreadable: %v", err)
+	}
+}
+
+func TestConsumedReadsThroughTheStickyStatus(t *testing.T) {
+	tests := []struct {
+		hits  int64
+		reply LeaseReply
+		want  bool
+	}{
+		{10, LeaseReply{Remaining: 0}, true},
+		{10, LeaseReply{Over: true, Remaining: 9}, false}, // refused: 9 < 10 left
+		{10, LeaseReply{Over: true, Remaining: 10}, true}, // sticky status: 20 → 10
+		{10, LeaseReply{Over: true, Remaining: 0}, false}, // either; taken as refused
+	}
+	for _, tc := range tests {
+		if got := consumed(tc.hits, tc.reply); got != tc.want {
+			t.Errorf("consumed(%d, %+v) = %t, want %t", tc.hits, tc.reply, got, tc.want)
+		}
 	}
 }
