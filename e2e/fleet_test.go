@@ -35,7 +35,7 @@ func fleetConfig() map[string]any {
 		"capacity": fleetCap, "cycle": fleetCycle.String(),
 		"fleet": map[string]any{
 			"cluster": envoyrun.GubernatorCluster, "capacity": fleetCap, "fallback_capacity": fleetFallback,
-			"sync_interval": "100ms", "timeout": "80ms",
+			"sync_interval": "200ms", "timeout": "150ms",
 		},
 	}
 }
@@ -239,7 +239,7 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 	t.Logf("FLEET figures (%d settled windows of %s, fleet capacity %d):", n, fleetCycle, fleetCap)
 	t.Logf("  fleet admitted per window / capacity: mean %.2f, worst %.2f (edge admissions included)", sumAdmitted/float64(n)/fleetCap, worst)
 	t.Logf("  budget split (heavy replica's share of admissions) %.2f vs demand split %.2f", sumHeavyAdm/sumAdmitted, sumHeavyAsk/sumAsk)
-	t.Logf("  callouts per second per Envoy: %.1f and %.1f (sync_interval 100ms; counted from start-up)",
+	t.Logf("  callouts per second per Envoy: %.1f and %.1f (sync_interval 200ms; counted from start-up)",
 		float64(callouts[0])/secs, float64(callouts[1])/secs)
 	if sumAdmitted/float64(n) < fleetCap/2 {
 		t.Errorf("the fleet used %.0f of %d per window: capacity left idle", sumAdmitted/float64(n), fleetCap)
@@ -338,7 +338,7 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 		}
 	}
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-	t.Logf("FLEET recovery: the restarted peers answered %s after their start; from then, envoy a rejoined after %s and leased again after %s, envoy b after %s and %s (sync_interval 100ms, cycle %s, counters flushed every 100 ms tick)",
+	t.Logf("FLEET recovery: the restarted peers answered %s after their start; from then, envoy a rejoined after %s and leased again after %s, envoy b after %s and %s (sync_interval 200ms, cycle %s, counters flushed every 100 ms tick)",
 		ms(ready.Sub(back)), ms(rejoined[0]), ms(recovered[0]), ms(rejoined[1]), ms(recovered[1]), fleetCycle)
 }
 
@@ -385,7 +385,7 @@ func TestFleetGarbageAndTimeoutsNeverStallAWorker(t *testing.T) {
 			_, _ = w.Write([]byte("<html>not gubernator</html>"))
 		case "status":
 			http.Error(w, "overloaded", http.StatusServiceUnavailable)
-		case "slow": // well past the 80 ms timeout
+		case "slow": // well past the 150 ms timeout
 			time.Sleep(400 * time.Millisecond)
 			_, _ = w.Write([]byte(`{"responses":[]}`))
 		case "wrong-count": // one answer more than the requests

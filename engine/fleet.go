@@ -584,8 +584,10 @@ func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 		weight float64
 	}{{k - 1, prevWeight}, {k, 1}} {
 		if sl := s.slot(w.k); sl != nil && sl.total > 0 && w.weight > 0 {
+			// The fleet's demand as last counted, plus this process's
+			// demand not yet posted to it.
 			mine += w.weight * float64(sl.asked)
-			all += w.weight * float64(max(sl.total, sl.asked))
+			all += w.weight * float64(sl.total+max(0, sl.asked-sl.posted))
 		}
 	}
 	if all <= 0 || mine >= all {

@@ -282,7 +282,7 @@ func TestSizeLeases(t *testing.T) {
 	const cycle = int64(10 * time.Second)
 	ms := int64(time.Millisecond)
 	slot := func(k, leased, used, asked, total int64) fleetSlot {
-		return fleetSlot{window: k, leased: leased, used: used, asked: asked, total: total, rem: -1}
+		return fleetSlot{window: k, leased: leased, used: used, asked: asked, posted: asked, total: total, rem: -1}
 	}
 	withRem := func(sl fleetSlot, rem int64) fleetSlot { sl.rem = rem; return sl }
 	state := func(fallbackUntil int64, slots ...fleetSlot) fleetState {
@@ -313,6 +313,7 @@ func TestSizeLeases(t *testing.T) {
 		{"idle: gives back above 1.5 x the target", state(noWindow, slot(5, 300, 100, 100, 0)), 5000 * ms, 5000 * ms, leasePlan{giveBack: 185}},
 		{"near the end: leases ahead", state(noWindow, slot(5, 560, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{ahead: 100}},
 		{"near the end: gives back what the rest does not need", state(noWindow, slot(5, 600, 500, 1980, 0)), 9900 * ms, 100 * ms, leasePlan{giveBack: 60, ahead: 100}},
+		{"the share counts demand not yet posted", state(noWindow, fleetSlot{window: 5, leased: 450, used: 450, asked: 1000, posted: 500, total: 1500, rem: -1}), 4000 * ms, 6000 * ms, leasePlan{lease: 50}},
 		{"ahead: no more than this window's demand share", state(noWindow, slot(5, 560, 500, 1950, 39000)), 9750 * ms, 250 * ms, leasePlan{ahead: 50}},
 		{"fallback in force through the next window: nothing leased", state(6, slot(5, 500, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{}},
 		{"fallback ends with this window: leases ahead only", state(5, slot(5, 500, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{ahead: 100}},
