@@ -56,7 +56,7 @@ func (p *pluginContext) dispatch(c filter.FleetCall) {
 		{":method", "POST"}, {":path", filter.GubernatorPath}, {":authority", c.Cluster},
 		{"content-type", "application/json"},
 	}
-	_, err := proxywasm.DispatchHttpCall(c.Cluster, headers, c.Body, nil, uint32(c.Timeout.Milliseconds()),
+	_, err := proxywasm.DispatchHttpCall(c.Cluster, headers, c.Body, nil, uint32(max(c.Timeout.Milliseconds(), 1)), // 0 would mean no timeout
 		func(_, bodySize, _ int) {
 			defer guard(p, "fleet callout", nil)
 			status, body := calloutAnswer(bodySize)
