@@ -3,6 +3,7 @@
 #   make run    build the plugin, get Envoy if missing, serve on :10000 (admin :9901)
 #   make test   every test: engine (-race), plugin (native + compiled wasm),
 #               multi-VM wasm host, simulator, and end-to-end against real Envoy
+#               (fleet mode against a real Gubernator, built from its module)
 #   make image  OCI images of the module for Istio's WasmPlugin, no Docker needed
 #   make push IMAGE=registry/repo:tag   push them (the compat image to tag-compat)
 #   make bench-envoy  the filter's cost per request in real Envoy (tools/benchenvoy)
@@ -40,7 +41,9 @@ GO_SOURCES    := $(shell find engine plugin tools internal -name '*.go' -not -na
 RACE_PKGS     := ./engine/... ./plugin/... ./tools/... ./internal/...
 E2E_PKGS      := ./e2e/...
 
-.PHONY: all build deps envoy wrk test test-unit test-e2e run image push bench bench-envoy charts fmt vet clean
+GUBERNATOR    := $(BUILD)/gubernator
+
+.PHONY: all build deps envoy gubernator wrk test test-unit test-e2e run image push bench bench-envoy charts fmt vet clean
 
 all: build
 
@@ -67,10 +70,15 @@ envoy:
 wrk:
 	@./tools/getwrk.sh
 
+# Gubernator v2.4.0 (pinned in tools/gubernator/go.mod), built into
+# build/gubernator once, for the fleet-mode e2e tests (e2e/fleet_test.go).
+gubernator:
+	@GO=$(GO) ./tools/getgubernator.sh $(GUBERNATOR)
+
 vet:
 	$(GO) vet ./...
 
-test: deps build envoy vet test-unit test-e2e
+test: deps build envoy gubernator vet test-unit test-e2e
 
 # tools/benchenvoy's smoke test drives real Envoy with wrk; it skips without
 # them, and fails instead under BORROWCYCLE_REQUIRE_ENVOY=1 (CI).
@@ -80,7 +88,9 @@ test-unit:
 
 test-e2e:
 	@[ -x "$(ENVOY_LINK)" ] || echo "!! e2e: $(ENVOY_LINK) missing: the e2e tests will SKIP (run make envoy; CI sets BORROWCYCLE_REQUIRE_ENVOY=1 and fails instead)" >&2
+	@[ -x "$(GUBERNATOR)" ] || echo "!! e2e: $(GUBERNATOR) missing: the fleet-mode e2e tests will SKIP (run make gubernator; CI fails instead)" >&2
 	BORROWCYCLE_ENVOY=$(abspath $(ENVOY_LINK)) BORROWCYCLE_WASM=$(abspath $(WASM)) \
+		BORROWCYCLE_GUBERNATOR=$(abspath $(GUBERNATOR)) \
 		$(GO) test -count=1 -timeout 20m $(E2E_PKGS)
 
 run: deps build envoy

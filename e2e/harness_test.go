@@ -13,6 +13,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -109,6 +110,9 @@ type target struct {
 // startOpts tunes the bootstrap of a locally started Envoy.
 type startOpts struct {
 	concurrency int
+	// name prefixes the Envoy's files in the test's log directory (default
+	// "envoy"): tests that run several Envoys name each.
+	name string
 	// edit changes the rendered bootstrap (e.g. the header size limit).
 	edit func(*envoyrun.Bootstrap) error
 }
@@ -201,7 +205,7 @@ func startLocal(t *testing.T, b *envoyrun.Bootstrap, s settings, o startOpts) *t
 		Bootstrap:   b,
 		Concurrency: o.concurrency,
 		Dir:         logDir(t),
-		Name:        "envoy",
+		Name:        cmp.Or(o.name, "envoy"),
 	})
 	if err != nil {
 		t.Fatalf("start envoy: %v", err)

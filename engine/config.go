@@ -68,6 +68,9 @@ type Config struct {
 	// KeyPrefix namespaces the store keys, so several limits can share one
 	// Envoy vm_id.
 	KeyPrefix string
+	// Fleet, when set, leases the window budget from Gubernator so that a
+	// fleet of processes shares one capacity (fleet.go); nil: per process.
+	Fleet *Fleet
 }
 
 // Defaults returns a Config with the documented defaults for the optional
@@ -124,7 +127,7 @@ func (c Config) Validate() error {
 	case c.KeyPrefix == "" || len(c.KeyPrefix) > 128:
 		return fieldErr("key_prefix", "must be 1 to 128 bytes, got %d", len(c.KeyPrefix))
 	}
-	return nil
+	return c.validateFleet()
 }
 
 func (c Config) policy() compactPolicy {

@@ -45,4 +45,10 @@
 // hold a newcomer or refuse it; plan.go derives shares; the registry
 // (registry.go) owns the cached view of shared state; the ledger
 // (ledger.go) alone grants units. docs/design.md gives the argument.
+//
+// # Fleet mode
+//
+// With Config.Fleet set, several processes share one capacity: each leases
+// its window budget from Gubernator, and the budget grants at most what the
+// process holds (fleet.go; docs/design.md, "Fleet mode").
 package engine

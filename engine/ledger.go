@@ -17,10 +17,11 @@ import "errors"
 type ledger struct {
 	reg     *registry
 	cfg     *Config
-	now     int64      // time of the call being served (Unix ns), for the borrow gate
-	gate    borrowGate // limits the take of the lease being sized (fair.go)
-	clipped bool       // the last take was cut by the gate or pacing, not the budget
-	paceAt  int64      // when pacing held the last lease back: when the next unit fits (Unix ns)
+	now     int64        // time of the call being served (Unix ns), for the borrow gate
+	gate    borrowGate   // limits the take of the lease being sized (fair.go)
+	clipped bool         // the last take was cut by the gate or pacing, not the budget
+	paceAt  int64        // when pacing held the last lease back: when the next unit fits (Unix ns)
+	fleet   *fleetWorker // nil unless fleet mode (fleet.go)
 }
 
 // clientState is what this worker holds for one counted client.
@@ -247,8 +248,9 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 		}
 		var moved int64
 		if delta > 0 {
-			allowed := min(delta, max(0, v.capacity-v.granted))
-			moved = g.gate.room(allowed, v.granted, v.capacity)
+			left := g.fleetCap(v.capacity, p.window) // the capacity in force: the fleet's lease in fleet mode
+			allowed := min(delta, max(0, left-v.granted))
+			moved = g.gate.room(allowed, v.granted, left)
 			g.clipped = moved < allowed
 		} else {
 			moved = -min(-delta, v.granted)

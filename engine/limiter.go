@@ -87,7 +87,7 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 		o(l)
 	}
 	l.reg = newRegistry(&l.cfg, store, l.obs)
-	l.led = ledger{reg: l.reg, cfg: &l.cfg}
+	l.led = ledger{reg: l.reg, cfg: &l.cfg, fleet: newFleetWorker(&l.cfg)}
 	return l, nil
 }
 
@@ -112,6 +112,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	if err := l.current(t); err != nil {
 		return l.failure(t)
 	}
+	l.led.fleet.noteAsked(cost, l.reg.view.window)
 	h := clientHash(client)
 	if cs := l.reg.clients[h]; cs != nil {
 		return l.admitKnown(t, cs, cost, true)

@@ -48,6 +48,9 @@ type Config struct {
 	// unlimited (a health check, say); it has only Name and Match.
 	Unlimited bool
 	Engine    engine.Config
+	// FleetCluster is the Envoy cluster of Gubernator's HTTP gateway in
+	// fleet mode (Engine.Fleet set; fleet.go), empty otherwise.
+	FleetCluster string
 }
 
 // Settings is the whole parsed plugin configuration: its limits, in the
@@ -97,6 +100,7 @@ type rawConfig struct {
 	Policy           json.RawMessage `json:"policy"`    // policy.go
 	Burst            json.RawMessage `json:"burst"`
 	Weights          json.RawMessage `json:"weights"`
+	Fleet            json.RawMessage `json:"fleet"`
 }
 
 // configError is a configuration error that names its field. Its text is
@@ -121,7 +125,7 @@ const (
 
 // TickPeriod is how often the host should tick the filter.
 func (c *Config) TickPeriod() time.Duration {
-	return min(max(c.Engine.Cycle/10, minTickPeriod), maxTickPeriod)
+	return c.fleetTickPeriod(min(max(c.Engine.Cycle/10, minTickPeriod), maxTickPeriod))
 }
 
 // Defaults and bounds of the contract that the engine does not impose
@@ -199,6 +203,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	cfg.LogClientID = p.boolean("log_client_id", raw.LogClientID, false)
 	cfg.Cost = p.integer("cost", raw.Cost, 1, 1, maxCost, false)
 	cfg.Match = p.match("match", raw.Match)
+	p.fleet("fleet", raw.Fleet, &cfg)
 	if p.err != nil {
 		return Config{}, p.err
 	}
@@ -336,6 +341,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Cost
 	case "match":
 		return &r.Match
+	case "fleet":
+		return &r.Fleet
 	case "limits":
 		return &r.Limits
 	case "policy":

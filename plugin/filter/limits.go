@@ -175,7 +175,7 @@ func inherit(own, top *rawConfig) rawConfig {
 var inheritedFields = []string{
 	"capacity", "cycle", "reservation", "client_header", "mode", "max_clients", "idle_cycles",
 	"min_cycle", "window_offset", "failure_mode_deny", "rate_limit_headers", "headers_on_allowed", "status_code",
-	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights",
+	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "fleet",
 }
 
 // match parses a match object: absent holds for every request, and an

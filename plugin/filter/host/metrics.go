@@ -28,6 +28,7 @@ type metrics struct {
 	panics        counter
 	all           []*counter // every counter above, for flush
 	clientsActive proxywasm.MetricGauge
+	fleet         *fleetCounters // fleet limits only (fleet.go)
 
 	lastActive int    // last value recorded in clientsActive; -1 before any
 	refused    uint64 // host calls that failed, for the log's back-off

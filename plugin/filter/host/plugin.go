@@ -93,6 +93,8 @@ type pluginContext struct {
 	limits    []*metrics
 	unmatched *counter
 	replier   replier
+	// fleetCalls is reused by every tick's fleet step (fleet.go).
+	fleetCalls []filter.FleetCall
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -124,6 +126,9 @@ func (p *pluginContext) start(set filter.Settings) error {
 			continue
 		}
 		ms[i] = p.vm.metricsFor(set.Limits[i].Name)
+		if set.Limits[i].Engine.Fleet != nil {
+			ms[i].defineFleet(set.Limits[i].Name)
+		}
 	}
 	unmatched := p.vm.unmatchedCounter()
 	store := &sharedStore{zeroCAS: p.vm.test.ZeroCAS}
@@ -152,6 +157,7 @@ func (p *pluginContext) OnTick() {
 	}
 	p.metrics.flushCounter(p.unmatched)
 	p.filter.Tick(p.setActive)
+	p.fleetTick()
 	p.vm.test.reportMemory()
 }
 

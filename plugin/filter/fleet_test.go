@@ -1,0 +1,134 @@
+package filter
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
+)
+
+func TestFleetConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"capacity": 100, "cycle": "10s",
+		"fleet": {"cluster": "gubernator", "capacity": 300, "fallback_capacity": 20}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.Fleet{Capacity: 300, Fallback: 20, SyncInterval: 500 * time.Millisecond, Timeout: 250 * time.Millisecond}
+	if cfg.Engine.Fleet == nil || *cfg.Engine.Fleet != want || cfg.FleetCluster != "gubernator" {
+		t.Fatalf("fleet %+v cluster %q, want %+v", cfg.Engine.Fleet, cfg.FleetCluster, want)
+	}
+	if cfg.TickPeriod() != 500*time.Millisecond {
+		t.Errorf("tick period %s, want the sync interval", cfg.TickPeriod())
+	}
+	plain, err := ParseConfig([]byte(`{"capacity": 100, "cycle": "10s"}`))
+	if err != nil || plain.Engine.Fleet != nil || plain.TickPeriod() != time.Second {
+		t.Errorf("without fleet: %+v, tick %s, %v", plain.Engine.Fleet, plain.TickPeriod(), err)
+	}
+}
+
+func TestFleetConfigErrorsNameTheField(t *testing.T) {
+	const ok = `"cluster": "g", "capacity": 300, "fallback_capacity": 20`
+	tests := []struct{ fleet, field string }{
+		{`[]`, "fleet"},
+		{`null`, "fleet"},
+		{`{` + ok + `, "clusters": "g"}`, "fleet.clusters"},
+		{`{"capacity": 300, "fallback_capacity": 20}`, "fleet.cluster"},
+		{`{"cluster": "", "capacity": 300, "fallback_capacity": 20}`, "fleet.cluster"},
+		{`{"cluster": 1, "capacity": 300, "fallback_capacity": 20}`, "fleet.cluster"},
+		{`{"cluster": "g", "fallback_capacity": 20}`, "fleet.capacity"},
+		{`{"cluster": "g", "capacity": 50, "fallback_capacity": 20}`, "fleet.capacity"},
+		{`{"cluster": "g", "capacity": 300}`, "fleet.fallback_capacity"},
+		{`{"cluster": "g", "capacity": 300, "fallback_capacity": 101}`, "fleet.fallback_capacity"},
+		{`{` + ok + `, "sync_interval": "3s"}`, "fleet.sync_interval"},
+		{`{` + ok + `, "sync_interval": "10ms"}`, "fleet.sync_interval"},
+		{`{` + ok + `, "sync_interval": 5}`, "fleet.sync_interval"},
+		{`{` + ok + `, "timeout": "1s"}`, "fleet.timeout"},
+		{`{` + ok + `, "timeout": "soon"}`, "fleet.timeout"},
+	}
+	for _, tc := range tests {
+		_, err := ParseConfig([]byte(`{"capacity": 100, "cycle": "10s", "fleet": ` + tc.fleet + `}`))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.field+": ") {
+			t.Errorf("fleet %s: got %v, want an error on %s", tc.fleet, err, tc.field)
+		}
+	}
+	// In the limits form the field is named with its limit.
+	_, err := ParseSettings([]byte(`{"cycle": "10s", "capacity": 100, "limits": [
+		{"name": "api", "fleet": {"cluster": "g", "capacity": 300}}]}`))
+	if err == nil || !strings.HasPrefix(err.Error(), "limits[0].fleet.fallback_capacity: ") {
+		t.Errorf("limits form: %v", err)
+	}
+}
+
+func TestLeaseRequestIsGetRateLimitsJSON(t *testing.T) {
+	call := engine.LeaseCall{Hits: []engine.LeaseHit{
+		{Key: `borrowcycle/a"b/7`, Hits: 40, Limit: 300, Duration: 21 * time.Second},
+		{Key: "borrowcycle/a/7", Hits: -5, Limit: 300, Duration: 21 * time.Second},
+	}}
+	var doc struct {
+		Requests []struct {
+			Name      string `json:"name"`
+			UniqueKey string `json:"unique_key"`
+			Hits      int64  `json:"hits"`
+			Limit     int64  `json:"limit"`
+			Duration  int64  `json:"duration"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(appendLeaseRequest(nil, call), &doc); err != nil {
+		t.Fatal(err)
+	}
+	r := doc.Requests
+	if len(r) != 2 || r[0].Name != "borrowcycle" || r[0].UniqueKey != `borrowcycle/a"b/7` || r[0].Hits != 40 ||
+		r[0].Limit != 300 || r[0].Duration != 21000 || r[1].Hits != -5 {
+		t.Errorf("request %+v", r)
+	}
+}
+
+func TestParseLeaseReplies(t *testing.T) {
+	// The first answer is what Gubernator v2.4.0's gateway wrote in a
+	// by-hand run; the others are the garbage a broken cluster may send.
+	good := `{"responses":[{"status":"UNDER_LIMIT", "limit":"100", "remaining":"70", "reset_time":"1795445237675", "error":"", "metadata":{"owner":"127.0.0.1:19052"}},
+		{"status":"OVER_LIMIT", "limit":"100", "remaining":70, "error":""}]}`
+	got, err := ParseLeaseReplies([]byte(good), 2)
+	if err != nil || len(got) != 2 || got[0] != (engine.LeaseReply{Remaining: 70}) || got[1] != (engine.LeaseReply{Over: true, Remaining: 70}) {
+		t.Fatalf("good answer: %+v, %v", got, err)
+	}
+	bad := []string{
+		``,
+		`garbage`,
+		`{"responses":[]}`,
+		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1"},{"status":"UNDER_LIMIT","remaining":"1"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
+		`{"responses":[{"status":"UNDER_LIMIT","limit":"0","remaining":"0","error":"Error while fetching rate limit 'x' from peer"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
+		`{"responses":[{"status":"MAYBE","remaining":"1"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
+		`{"responses":[{"status":"UNDER_LIMIT","remaining":"-3"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
+		`{"responses":[{"status":"UNDER_LIMIT"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
+		`{"responses":"no"}`,
+		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1"},` + strings.Repeat(" ", MaxFleetReply) + `]}`,
+	}
+	for _, b := range bad {
+		if got, err := ParseLeaseReplies([]byte(b), 2); err == nil {
+			t.Errorf("%.80q: accepted as %+v", b, got)
+		}
+	}
+}
+
+func FuzzParseLeaseReplies(f *testing.F) {
+	f.Add([]byte(`{"responses":[{"status":"UNDER_LIMIT","remaining":"70","error":""}]}`), 1)
+	f.Add([]byte(`{"responses":[{"status":"OVER_LIMIT","remaining":70}]}`), 1)
+	f.Add([]byte(`{`), 2)
+	f.Fuzz(func(t *testing.T, body []byte, n int) {
+		if n < 0 || n > 8 {
+			return
+		}
+		got, err := ParseLeaseReplies(body, n)
+		if err == nil && len(got) != n {
+			t.Fatalf("%d replies for %d requests", len(got), n)
+		}
+		for _, r := range got {
+			if r.Remaining < 0 || r.Remaining > engine.MaxCapacity {
+				t.Fatalf("remaining %d accepted", r.Remaining)
+			}
+		}
+	})
+}
