@@ -21,12 +21,14 @@ import (
 // admitted request.
 type countingStore struct {
 	Store
-	ops atomic.Int64
+	ops  atomic.Int64 // gets and sets
+	sets atomic.Int64
 }
 
 func (s *countingStore) Get(k string) ([]byte, uint32, error) { s.ops.Add(1); return s.Store.Get(k) }
 func (s *countingStore) Set(k string, v []byte, c uint32) error {
 	s.ops.Add(1)
+	s.sets.Add(1)
 	return s.Store.Set(k, v, c)
 }
 

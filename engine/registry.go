@@ -54,6 +54,14 @@ type waitMark struct {
 	proven bool
 }
 
+// maxWaitingPerBucket bounds the unproven newcomers of the running window
+// a bucket holds (the rest of its places are for counted clients). A flood
+// of never-seen ids then keeps buckets small, so that each of its requests
+// copies and decodes little; a newcomer whose home bucket has this many
+// waiting is refused as table_full until the next plan, like one whose
+// bucket is full.
+const maxWaitingPerBucket = bucketSlots / 4
+
 // maxProbe bounds how many buckets a client may be placed in past its home
 // bucket. With buckets of 32 and at most MaxClients/8·32 ≥ 4·MaxClients
 // places, a home bucket overflows only for astronomically unlucky ids.
@@ -313,22 +321,29 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 				return false, false, err
 			}
 		}
-		at := -1
+		at, own, waiting := -1, false, 0
 		for i := range r.bkt.entries {
 			x := &r.bkt.entries[i]
 			if x.hash == e.hash {
 				if !free(x, &r.view, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
 					return true, false, nil // there already, counted or waiting
 				}
-				at = i // its own entry: a returning client, or a newcomer proven
+				at, own = i, true // its own entry: a returning client, or a newcomer proven
 				break
 			}
 			if at < 0 && free(x, &r.view, r.cfg) {
 				at = i
 			}
+			if waitingUnproven(x) && !free(x, &r.view, r.cfg) {
+				waiting++
+			}
 		}
 		markOnly := false
 		switch {
+		case !own && waitingUnproven(&e) && waiting >= maxWaitingPerBucket:
+			// A flood of one-shot ids fills no bucket past this: its refusals
+			// then cost a read of a small bucket and no write.
+			return false, false, nil
 		case at >= 0:
 			r.bkt.entries[at] = e
 		case len(r.bkt.entries) < bucketSlots:

@@ -357,6 +357,46 @@ func TestUnprovenEntriesAreReclaimed(t *testing.T) {
 	}
 }
 
+// A flood of one-shot ids fills no bucket past maxWaitingPerBucket
+// unproven newcomers, so its requests read small buckets and, once a
+// bucket is at the bound, write nothing; counted clients keep the other
+// places, and a declared client still gets one.
+func TestFloodFillsBucketsOnlyToTheWaitingBound(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxClients = 16 // one bucket: every id lands in it
+	store := &countingStore{Store: NewMemStore()}
+	l := newLimiter(t, cfg, store)
+	if err := l.RegisterAt(t0, "A"); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(500 * time.Millisecond) // within min_cycle: all wait
+	reasons := map[Reason]int{}
+	for i := 0; i < 100; i++ {
+		reasons[l.AdmitAt(at, fmt.Sprintf("once-%d", i)).Reason]++
+	}
+	if reasons[ReasonPending] != maxWaitingPerBucket || reasons[ReasonTableFull] != 100-maxWaitingPerBucket {
+		t.Fatalf("100 one-shot ids: %v, want %d pending and the rest table_full", reasons, maxWaitingPerBucket)
+	}
+	raw, _, err := store.Get(l.reg.key(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bucketVal
+	if err := decodeBucket(raw, &b); err != nil || len(b.entries) != 1+maxWaitingPerBucket {
+		t.Fatalf("bucket holds %d entries (%v), want A and %d waiting", len(b.entries), err, maxWaitingPerBucket)
+	}
+	writes := store.sets.Load()
+	for i := 100; i < 200; i++ {
+		l.AdmitAt(at, fmt.Sprintf("once-%d", i))
+	}
+	if w := store.sets.Load() - writes; w != 0 {
+		t.Errorf("100 more one-shot ids at the bound wrote %d times, want 0", w)
+	}
+	if err := l.RegisterAt(at, "declared"); err != nil {
+		t.Errorf("declared client with the bucket at the waiting bound: %v, want registered", err)
+	}
+}
+
 // A config change that shrinks capacity mid-window: the window admits no
 // more than max(what its budget had granted when the new config first drew
 // from it, the new capacity), and the next window no more than the new one.
