@@ -205,6 +205,7 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 	k0 := windowIndex(start)
 	var sumAdmitted, sumHeavyAdm, sumHeavyAsk, sumAsk float64
 	var worst float64
+	var phaseHeavy, phaseLight, phaseWins [2]int
 	n := 0
 	for k := k0; k < k0+2*phase; k++ {
 		adm, ask := w.admitted[k], w.asked[k]
@@ -221,18 +222,32 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 			float64(total)/fleetCap, ask[0], ask[1])
 		worst = max(worst, float64(total)/fleetCap)
 		// The replica with more demand holds more within two windows of a
-		// change of split.
+		// change of split: in most windows after those two, and over all of
+		// them. (A single window may still go the other way: the demand
+		// split is read from the previous and current windows' posts, and a
+		// callout that times out on a loaded host puts a replica on its
+		// fallback for two windows.)
 		if (k-k0)%phase < 2 {
 			continue
 		}
-		if adm[heavy] <= adm[1-heavy] {
-			t.Errorf("window %d: the replica with 80%% of the demand admitted %d, the other %d", k-k0, adm[heavy], adm[1-heavy])
+		p := (k - k0) / phase
+		phaseHeavy[p] += adm[heavy]
+		phaseLight[p] += adm[1-heavy]
+		if adm[heavy] > adm[1-heavy] {
+			phaseWins[p]++
 		}
 		n++
 		sumAdmitted += float64(total)
 		sumHeavyAdm += float64(adm[heavy])
 		sumHeavyAsk += float64(ask[heavy])
 		sumAsk += float64(ask[0] + ask[1])
+	}
+	for p := range phaseHeavy {
+		settled := phase - 2
+		if phaseHeavy[p] <= phaseLight[p] || 2*phaseWins[p] <= settled {
+			t.Errorf("split %d: the replica with 80%% of the demand admitted %d to the other's %d, and more in %d of %d settled windows; want more overall and in most windows",
+				p+1, phaseHeavy[p], phaseLight[p], phaseWins[p], settled)
+		}
 	}
 	callouts := []int64{statOf(t, tgs[0], "callouts"), statOf(t, tgs[1], "callouts")}
 	secs := end.Sub(start).Seconds()
