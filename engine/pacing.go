@@ -83,7 +83,7 @@ func (g *ledger) paced(got int64) int64 {
 		return got
 	}
 	r := g.reg
-	key := g.cfg.KeyPrefix + "/pace"
+	key := r.paceKey
 	interval, tolerance := paceParams(g.cfg)
 	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
 		raw, cas, err := r.store.Get(key)

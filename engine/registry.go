@@ -18,6 +18,7 @@ type registry struct {
 
 	planKey   string
 	budgetKey string
+	paceKey   string // with pacing (pacing.go)
 	prefix    string
 	nb        int // buckets: a power of two, about MaxClients/16
 	keys      []string
@@ -83,6 +84,7 @@ func newRegistry(cfg *Config, store Store, obs Observer) *registry {
 		obs:       obs,
 		planKey:   cfg.KeyPrefix + "/p",
 		budgetKey: cfg.KeyPrefix + "/w",
+		paceKey:   cfg.KeyPrefix + "/pace",
 		prefix:    cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/",
 		nb:        nb,
 		keys:      make([]string, nb),
