@@ -285,11 +285,15 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 	w.inflight = 0
 	k, _, _ := WindowAt(now, l.cfg.Cycle, l.cfg.WindowOffset)
 	var syncer, due bool
+	var id uint64 // this worker's id, kept only once the record holding it is written
 	err := w.update(l.reg.store, l.cfg.CASRetries, func(s *fleetState) bool {
 		changed := false
-		if w.id == 0 {
+		id = w.id
+		if id == 0 || id > s.nextID {
+			// New, or the record was started afresh since this worker took
+			// its id: take one the record hands out, so no two workers share it.
 			s.nextID++
-			w.id = s.nextID
+			id = s.nextID
 			changed = true
 		}
 		if w.asked > 0 && w.askedWin >= k-1 {
@@ -297,9 +301,9 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 			sl.asked = min(sl.asked+w.asked, MaxCapacity)
 			changed = true
 		}
-		syncer = s.syncer == w.id || s.syncerUntil <= t
+		syncer = s.syncer == id || s.syncerUntil <= t
 		if syncer {
-			s.syncer, s.syncerUntil = w.id, t+3*int64(f.SyncInterval)
+			s.syncer, s.syncerUntil = id, t+3*int64(f.SyncInterval)
 			due = t-s.lastCall >= int64(f.SyncInterval)
 			if due {
 				s.lastCall = t
@@ -312,7 +316,7 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 		l.obs.StoreFailure("fleet record", err)
 		return LeaseCall{}, false
 	}
-	w.asked = 0
+	w.id, w.asked = id, 0
 	if !syncer || !due {
 		return LeaseCall{}, false
 	}

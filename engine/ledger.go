@@ -90,7 +90,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 	p := &r.view
 	key := r.key(cs.bucket)
 	var inHand int64 // budget units taken and not yet in the entry
-	g.paceAt = 0
+	g.paceAt, g.clipped = 0, false
 	defer func() {
 		if inHand > 0 {
 			g.give(inHand)

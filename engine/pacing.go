@@ -51,10 +51,12 @@ func paceFit(tat, now, n, interval, tolerance int64) (m, next int64) {
 func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
 
 // paceParams are the cell rate algorithm's interval and tolerance for a
-// config: one unit every cycle/capacity, and burst × cycle less one
+// config: one unit every cycle/capacity, rounded up (rounded down, a cycle
+// would hold a few more than capacity units), and burst × cycle less one
 // interval (so that a burst is burst × capacity units, not one more).
 func paceParams(cfg *Config) (interval, tolerance int64) {
-	interval = max(1, int64(cfg.Cycle)/max(1, cfg.Capacity))
+	c := max(1, cfg.Capacity)
+	interval = max(1, (int64(cfg.Cycle)+c-1)/c)
 	tolerance = max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
 	return interval, tolerance
 }

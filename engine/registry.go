@@ -64,8 +64,9 @@ type waitMark struct {
 const maxWaitingPerBucket = bucketSlots / 4
 
 // maxProbe bounds how many buckets a client may be placed in past its home
-// bucket. With buckets of 32 and at most MaxClients/8·32 ≥ 4·MaxClients
-// places, a home bucket overflows only for astronomically unlucky ids.
+// bucket. With buckets of bucketSlots (48) and at least MaxClients/16
+// buckets, there are ≥ 3·MaxClients places, so a home bucket overflows only
+// for astronomically unlucky ids.
 const maxProbe = 4
 
 // localCacheMax bounds the local caches of refused and pending newcomers:

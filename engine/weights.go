@@ -17,8 +17,11 @@ import (
 
 // Bounds on Config.Weights.
 const (
-	MaxWeights     = 10_000
-	MaxWeight      = 1_000
+	MaxWeights = 10_000
+	MaxWeight  = 1_000
+	// MinWeight keeps C/W and the caps finite: a weight of 1e-300 would
+	// make them overflow.
+	MinWeight      = 0.001
 	MaxWeightIDLen = 256
 )
 
@@ -43,8 +46,14 @@ func totalWeight(weights []float64, n int) float64 {
 }
 
 // weightedCap is one client's real-valued cap under params pp: w times the
-// cap of a weight-1 client with the same demand per unit.
+// cap of a weight-1 client with the same demand per unit. The fair
+// policy's cap is a limit, the capacity, not a part of it (its weights act
+// in the borrow gate), so it is not scaled: a light client alone may still
+// use the whole window.
 func weightedCap(pol compactPolicy, pp *policyParams, demand, w float64) float64 {
+	if _, limit := pol.(Fair); limit {
+		return pol.capOf(pp, sanitize(demand))
+	}
 	return w * pol.capOf(pp, sanitize(demand)/w)
 }
 
@@ -84,8 +93,8 @@ func validateWeights(ws map[string]float64) error {
 		switch {
 		case id == "" || len(id) > MaxWeightIDLen:
 			return fieldErr("weights", "client ids must be 1 to %d bytes, got %d", MaxWeightIDLen, len(id))
-		case math.IsNaN(w) || w <= 0 || w > MaxWeight:
-			return fieldErr("weights", "%q: must be in (0, %d], got %v", id, MaxWeight, w)
+		case math.IsNaN(w) || w < MinWeight || w > MaxWeight:
+			return fieldErr("weights", "%q: must be in [%v, %d], got %v", id, MinWeight, MaxWeight, w)
 		}
 	}
 	return nil

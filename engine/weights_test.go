@@ -36,7 +36,7 @@ func TestWeightsValidate(t *testing.T) {
 	}{
 		{nil, ""},
 		{map[string]float64{"premium": 3, "basic": 0.5}, ""},
-		{map[string]float64{"premium": 0}, `weights: "premium": must be in (0, 1000], got 0`},
+		{map[string]float64{"premium": 0}, `weights: "premium": must be in [0.001, 1000], got 0`},
 		{map[string]float64{"premium": -1}, `weights: "premium"`},
 		{map[string]float64{"premium": math.NaN()}, `weights: "premium"`},
 		{map[string]float64{"premium": 1001}, `weights: "premium"`},
@@ -101,4 +101,19 @@ func TestWeightedShares(t *testing.T) {
 			t.Errorf("a's cap = %v, want 10 + half of the 27 lent = 23.5", got)
 		}
 	})
+}
+
+// Under fair, a weight below 1 lowers the client's guarantee, not its
+// limit: alone in the window, a client of weight 0.5 may use it all.
+func TestFairLightWeightAloneUsesTheWindow(t *testing.T) {
+	cfg := fairConfig(40)
+	cfg.Weights = map[string]float64{"light": 0.5}
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "light", "idle"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0.Add(cfg.Cycle))
+	if got := evenly(l, 1, "light", 80, cfg.Cycle); got <= 20 {
+		t.Errorf("light (weight 0.5) alone admitted %d of 80 asked in a window of 40, want more than its weighted half (the idle client's part is lent)", got)
+	}
 }

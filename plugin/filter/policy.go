@@ -35,7 +35,7 @@ func (p *fieldParser) policyFields(raw *rawConfig, ec *engine.Config) {
 	ec.Weights = p.weights("weights", raw.Weights)
 }
 
-// weights parses an object of client id → weight in (0, MaxWeight], at
+// weights parses an object of client id → weight in [MinWeight, MaxWeight], at
 // most MaxWeights entries, ids 1 to MaxWeightIDLen bytes. Members are read
 // in sorted order, so the same bad one is reported every time.
 func (p *fieldParser) weights(field string, raw json.RawMessage) map[string]float64 {
@@ -63,8 +63,8 @@ func (p *fieldParser) weights(field string, raw json.RawMessage) map[string]floa
 			return nil
 		}
 		w, err := strconv.ParseFloat(string(v), 64)
-		if err != nil || math.IsNaN(w) || w <= 0 || w > engine.MaxWeight {
-			p.fail(field, strconv.Quote(id)+": must be a number in (0, "+strconv.Itoa(engine.MaxWeight)+"], got "+string(v))
+		if err != nil || math.IsNaN(w) || w < engine.MinWeight || w > engine.MaxWeight {
+			p.fail(field, strconv.Quote(id)+": must be a number in ["+strconv.FormatFloat(engine.MinWeight, 'g', -1, 64)+", "+strconv.Itoa(engine.MaxWeight)+"], got "+string(v))
 			return nil
 		}
 		out[id] = w

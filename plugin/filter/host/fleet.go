@@ -51,7 +51,6 @@ func (p *pluginContext) fleetTick() {
 
 // dispatch sends one callout; a refused dispatch is a failed callout.
 func (p *pluginContext) dispatch(c filter.FleetCall) {
-	p.limits[c.Limit].fleet.callouts.pending++
 	headers := [][2]string{
 		{":method", "POST"}, {":path", filter.GubernatorPath}, {":authority", c.Cluster},
 		{"content-type", "application/json"},
@@ -64,7 +63,9 @@ func (p *pluginContext) dispatch(c filter.FleetCall) {
 		})
 	if err != nil {
 		p.fleetDone(&c, 0, nil, errors.New("dispatch to cluster "+strconv.Quote(c.Cluster)+": "+err.Error()))
+		return
 	}
+	p.limits[c.Limit].fleet.callouts.pending++ // sent: a refused dispatch counts only as a failure
 }
 
 // calloutAnswer reads the answer's status (0 when Envoy got none: a
