@@ -460,14 +460,7 @@ func TestFleetExamplesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := b.PluginConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := parseSettings(raw)
-	if err != nil {
-		t.Fatalf("envoy/fleet.yaml plugin configuration: %v", err)
-	}
+	s := bootstrapSettings(t, b, "envoy/fleet.yaml")
 	if s.FleetCluster != envoyrun.GubernatorCluster || s.Engine.Fleet == nil {
 		t.Errorf("envoy/fleet.yaml: fleet cluster %q, fleet %+v", s.FleetCluster, s.Engine.Fleet)
 	}

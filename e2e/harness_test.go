@@ -125,14 +125,7 @@ func shippedTarget(t *testing.T, o startOpts) *target {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := b.PluginConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := parseSettings(raw)
-	if err != nil {
-		t.Fatalf("plugin configuration in envoy/envoy.yaml: %v", err)
-	}
+	s := bootstrapSettings(t, b, "envoy/envoy.yaml")
 	if setup.compose {
 		if o.edit != nil {
 			t.Skip("compose target: this test needs its own bootstrap, which a running stack cannot take")
@@ -304,6 +297,21 @@ func mustJSON(t *testing.T, v any) string {
 // filled in by the plugin's own parser: its primary limit (the only one in
 // the single-limit form), whose metrics also count the plugin's panics.
 type settings = filter.Config
+
+// bootstrapSettings is the primary limit of b's plugin configuration, as
+// the plugin parses it; file names b in a failure.
+func bootstrapSettings(t *testing.T, b *envoyrun.Bootstrap, file string) settings {
+	t.Helper()
+	raw, err := b.PluginConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseSettings(raw)
+	if err != nil {
+		t.Fatalf("plugin configuration in %s: %v", file, err)
+	}
+	return s
+}
 
 func parseSettings(raw string) (settings, error) {
 	s, err := filter.ParseSettings([]byte(raw))
