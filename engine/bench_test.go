@@ -55,13 +55,18 @@ func BenchmarkRateAllowN(b *testing.B) {
 }
 
 // BenchmarkAdmit runs the seed policy (leases batched) and the fair one,
-// whose leases are exact: one store round trip per admitted request.
+// whose leases are exact: one store round trip per admitted request, and
+// paced, one more for the pace key.
 func BenchmarkAdmit(b *testing.B) {
 	for _, tc := range []struct {
 		policy  Policy
 		clients int
-	}{{nil, 1}, {nil, 100}, {Fair{}, 1}, {Fair{}, 100}} {
+		paced   bool
+	}{{nil, 1, false}, {nil, 100, false}, {Fair{}, 1, false}, {Fair{}, 100, false}, {Fair{}, 1, true}} {
 		name := fmt.Sprintf("clients=%d", tc.clients)
+		if tc.paced {
+			name = "paced/" + name
+		}
 		if tc.policy != nil {
 			name = tc.policy.Name() + "/" + name
 		}
@@ -72,6 +77,7 @@ func BenchmarkAdmit(b *testing.B) {
 			if tc.policy != nil {
 				cfg.Policy = tc.policy
 			}
+			cfg.Pace, cfg.Burst = tc.paced, 1 // burst 1: the clock stands still here
 			l, _ := New(cfg, store)
 			ids := clientIDs(clients)
 			if err := l.RegisterAt(t0, ids...); err != nil {
