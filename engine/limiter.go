@@ -368,6 +368,9 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if id, ok := r.refused[h]; ok && id == r.view.id {
 		return l.tableFull(t)
 	}
+	if l.closedTo(t, h) {
+		return l.tableFull(t)
+	}
 	if m, ok := r.waiting[h]; ok && m.plan == r.view.id && m.proven && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
 		// Proven and told to wait under this plan, and no re-plan can be
 		// due yet (or none is wanted as far as this worker knows: its next
@@ -414,6 +417,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		// Proven already, waiting for the next re-plan.
 	default: // new, or returning after expiry
 		if step, _ := transition(&r.view, &l.cfg, t, callerNew); step == stepTableFull {
+			r.markRead(h)
 			return l.refuse(t, h)
 		}
 		err = r.insert(h, t, cost)
@@ -477,6 +481,27 @@ func (l *Limiter) refuse(t int64, h uint64) Decision {
 	}
 	l.reg.refused[h] = l.reg.view.id
 	return l.tableFull(t)
+}
+
+// closedTo reports whether newcomer h can only be refused as table_full,
+// from the mark of its home bucket alone: the view's plan marked the
+// bucket, the bucket did not hold h, no client waits for a re-plan (a
+// proof would have taken a place in some bucket, and moved pending), and
+// either the table is full or the bucket's places for newcomers are taken.
+// The slow path gives the same answer from a read of the bucket, except to
+// a client proven by another worker since this worker's view was read,
+// which waits at most for this worker's next tick.
+func (l *Limiter) closedTo(t int64, h uint64) bool {
+	r := l.reg
+	if r.view.pending != 0 {
+		return false
+	}
+	m := r.markOf(h)
+	if m == nil || m.mayHold(h) {
+		return false
+	}
+	step, _ := transition(&r.view, &l.cfg, t, callerNew)
+	return step == stepTableFull || (m.waitingFull && step != stepRoll)
 }
 
 func (l *Limiter) flushDue(cs *clientState) bool {

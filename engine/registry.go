@@ -38,6 +38,7 @@ type registry struct {
 	buf      []byte
 	bkt      bucketVal
 	lastRead bucketRead // see getBucket
+	marks    []bucketMark // by bucket; see bucketMark (nil until a refusal)
 	scratch  planScratch
 	corrupt  []corruptKey
 }
@@ -324,7 +325,7 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 				return false, false, err
 			}
 		}
-		at, own, waiting := -1, false, 0
+		at, own := -1, false
 		for i := range r.bkt.entries {
 			x := &r.bkt.entries[i]
 			if x.hash == e.hash {
@@ -337,15 +338,14 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 			if at < 0 && free(x, &r.view, r.cfg) {
 				at = i
 			}
-			if waitingUnproven(x) && !free(x, &r.view, r.cfg) {
-				waiting++
-			}
 		}
 		markOnly := false
 		switch {
-		case !own && waitingUnproven(&e) && waiting >= maxWaitingPerBucket:
+		case !own && waitingUnproven(&e) && waitingIn(&r.bkt, &r.view, r.cfg) >= maxWaitingPerBucket:
 			// A flood of one-shot ids fills no bucket past this: its refusals
-			// then cost a read of a small bucket and no write.
+			// cost a read of a small bucket and no write, and once the bucket
+			// is marked, nothing (bucketMark).
+			r.mark(b, &r.bkt)
 			return false, false, nil
 		case at >= 0:
 			r.bkt.entries[at] = e
