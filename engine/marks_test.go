@@ -120,7 +120,7 @@ func TestFullTableRefusesFromMarks(t *testing.T) {
 // itself on another worker; then nobody is refused from the mark while it
 // waits for the re-plan that counts it.
 func TestWaitingFullBucketRefusesFromMarks(t *testing.T) {
-	m := newMarkTest(t, 1000, "steady") // 64 buckets
+	m := newMarkTest(t, 1000, "steady")  // 64 buckets
 	at := t0.Add(100 * time.Millisecond) // no re-plan before MinCycle
 	// Fill one bucket's places for newcomers through a.
 	home := m.a.reg.home(clientHash("w-0"))

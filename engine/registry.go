@@ -37,7 +37,7 @@ type registry struct {
 
 	buf      []byte
 	bkt      bucketVal
-	lastRead bucketRead // see getBucket
+	lastRead bucketRead   // see getBucket
 	marks    []bucketMark // by bucket; see bucketMark (nil until a refusal)
 	scratch  planScratch
 	corrupt  []corruptKey
