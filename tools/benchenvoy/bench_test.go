@@ -43,7 +43,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		VariantNone: "2xx", VariantLocalRL: "2xx", VariantNoop: "2xx",
+		VariantNone: "2xx", VariantLocalRL: "2xx", VariantNoop: "2xx", VariantNoopCalls: "2xx", VariantNoopRejectCalls: "4xx",
 		VariantDefaults: "2xx", VariantNoHeaders: "2xx", VariantLean: "2xx", VariantReject: "4xx",
 		VariantFlood: "2xx+4xx",
 	}

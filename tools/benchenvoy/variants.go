@@ -13,14 +13,19 @@ import (
 // is compared with; the ratios in the table are against noop and
 // local_ratelimit.
 const (
-	VariantNone      = "none"
-	VariantLocalRL   = "local_ratelimit"
-	VariantNoop      = "noop"
-	VariantDefaults  = "borrowcycle"
-	VariantNoHeaders = "borrowcycle-noheaders"
-	VariantLean      = "borrowcycle-lean"
-	VariantReject    = "borrowcycle-reject"
-	VariantFlood     = "borrowcycle-flood"
+	VariantNone    = "none"
+	VariantLocalRL = "local_ratelimit"
+	VariantNoop    = "noop"
+	// The noop making the host calls of Borrowcycle's admitted and
+	// rejected requests with fixed values (tools/noop's mimic modes): what
+	// those calls cost in Envoy, without any of the filter's logic.
+	VariantNoopCalls       = "noop-calls"
+	VariantNoopRejectCalls = "noop-calls-reject"
+	VariantDefaults        = "borrowcycle"
+	VariantNoHeaders       = "borrowcycle-noheaders"
+	VariantLean            = "borrowcycle-lean"
+	VariantReject          = "borrowcycle-reject"
+	VariantFlood           = "borrowcycle-flood"
 )
 
 // Plugin configurations (docs/contract.md). The admitting ones leave every
@@ -49,6 +54,12 @@ const (
 	// too, so newcomers wait long for a re-plan). The capacity is as
 	// unreachable as in admitConfig.
 	floodConfig = `{"capacity": 1000000000000, "cycle": "10s", "max_clients": 10000}`
+)
+
+// The noop's mimic modes (tools/noop).
+const (
+	noopCallsConfig       = `{"mimic": "allowed"}`
+	noopRejectCallsConfig = `{"mimic": "rejected"}`
 )
 
 // floodIDs is the number of distinct client ids the flood variant's load
@@ -101,6 +112,10 @@ func variants(o Options) []variant {
 		}, expect: expectation{status: 200, probe: headerIs("x-ratelimit-limit", strconv.Itoa(localRLDescriptorTokens))}},
 		{name: VariantNoop, filter: wasmFilter(o.Noop, ""),
 			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
+		{name: VariantNoopCalls, config: noopCallsConfig, filter: wasmFilter(o.Noop, noopCallsConfig),
+			expect: expectation{status: 200, probe: headerIs("x-ratelimit-limit", "20000000000")}},
+		{name: VariantNoopRejectCalls, config: noopRejectCallsConfig, filter: wasmFilter(o.Noop, noopRejectCallsConfig),
+			expect: expectation{status: 429, probe: headerIs("x-borrowcycle-reason", "over_limit")}},
 		{name: VariantDefaults, config: admitConfig, filter: wasmFilter(o.Wasm, admitConfig),
 			expect: expectation{status: 200, probe: headerPresent("x-ratelimit-limit")}},
 		{name: VariantNoHeaders, config: noHeadersConfig, filter: wasmFilter(o.Wasm, noHeadersConfig),

@@ -15,6 +15,17 @@
 //	{"reject": "id"}           that client id gets a local 418 reply
 //	{"tick_ms": 100}           tick period; each tick increments "noop.ticks"
 //	{"fail": "reason"}         OnPluginStart logs an error and fails
+//
+// and one mode makes, per request, the host calls Borrowcycle's default
+// configuration makes, with fixed values and none of its logic, so that
+// bench-envoy can show what those calls alone cost in Envoy:
+//
+//	{"mimic": "allowed"}   a wall-clock read and the access-log property on
+//	                       the request, three x-ratelimit headers on the
+//	                       response
+//	{"mimic": "rejected"}  the clock read and the property, then a 429 local
+//	                       reply with the six headers and the body of an
+//	                       over_limit rejection
 package main
 
 import (
@@ -42,6 +53,7 @@ type config struct {
 	Reject        string `json:"reject"`
 	TickMS        uint32 `json:"tick_ms"`
 	Fail          string `json:"fail"`
+	Mimic         string `json:"mimic"`
 }
 
 type vmContext struct{ types.DefaultVMContext }
@@ -75,6 +87,9 @@ func (p *pluginContext) configure() error {
 	}
 	if p.cfg.Fail != "" {
 		return errors.New("fail: " + p.cfg.Fail)
+	}
+	if m := p.cfg.Mimic; m != "" && m != mimicAllowed && m != mimicRejected {
+		return errors.New(`mimic: want "allowed" or "rejected", got ` + strconv.Quote(m))
 	}
 	if p.cfg.Counter != "" {
 		p.requests = proxywasm.DefineCounterMetric(p.cfg.Counter)
@@ -119,6 +134,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if cfg.SharedCounter != "" {
 		incrementShared(cfg.SharedCounter)
 	}
+	if cfg.Mimic != "" {
+		return mimicRequest(cfg.Mimic)
+	}
 	if cfg.Reject != "" && h.client == cfg.Reject {
 		_ = proxywasm.SendHttpResponse(418, [][2]string{{"x-noop-reason", "rejected"}}, []byte("noop: rejected"), -1)
 		return types.ActionPause
@@ -128,6 +146,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	cfg := &h.plugin.cfg
+	if cfg.Mimic == mimicAllowed {
+		mimicResponse()
+		return types.ActionContinue
+	}
 	if !cfg.Echo {
 		return types.ActionContinue
 	}
