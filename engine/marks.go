@@ -13,7 +13,7 @@ package engine
 // at worst make every lookup a "maybe", which costs what it cost without
 // marks.
 type bucketMark struct {
-	plan        uint64    // 0: no mark
+	plan        uint64    // registry.marksFrom when marked; 0: no mark
 	bloom       [4]uint64 // 256 bits, three per hash
 	waitingFull bool      // maxWaitingPerBucket unproven newcomers of the plan's window
 }
@@ -54,7 +54,7 @@ func (r *registry) mark(b int, bkt *bucketVal) {
 	if r.marks == nil {
 		r.marks = make([]bucketMark, r.nb) // on the first refusal only
 	}
-	m := bucketMark{plan: r.view.id}
+	m := bucketMark{plan: r.marksFrom}
 	if bkt != nil {
 		for i := range bkt.entries {
 			m.add(bkt.entries[i].hash)
@@ -82,10 +82,26 @@ func (r *registry) markOf(h uint64) *bucketMark {
 	if r.marks == nil || r.view.id == 0 {
 		return nil
 	}
-	if m := &r.marks[r.home(h)]; m.plan == r.view.id {
+	if m := &r.marks[r.home(h)]; m.plan == r.marksFrom {
 		return m
 	}
 	return nil
+}
+
+// marksCarry reports whether marks made under plan cur still hold under
+// next: next re-plans cur's window right after it (id + 1) and counts the
+// clients cur counted plus only the newcomer it promoted. Within a window
+// no counted client drops out, so any client proven under cur would have
+// raised next's count too; without proofs, no bucket's places for
+// newcomers freed up, and no client was placed (a promoted newcomer keeps
+// its place, and stays one of its bucket's newcomers). A flood then keeps
+// its marks across the re-plan it causes every min_cycle.
+func marksCarry(cur, next *plan) bool {
+	promoted := uint32(0)
+	if next.promoted != 0 {
+		promoted = 1
+	}
+	return cur.id != 0 && next.id == cur.id+1 && next.window == cur.window && next.n == cur.n+promoted
 }
 
 // waitingIn counts the unproven newcomers of the plan's window in bkt: the

@@ -170,3 +170,78 @@ func TestWaitingFullBucketRefusesFromMarks(t *testing.T) {
 		}
 	}
 }
+
+// The re-plan a flood causes every MinCycle promotes one newcomer and
+// frees no bucket's places: marks outlive it. A re-plan that counts a
+// proven newcomer freed a place: marks made before it are dropped.
+func TestMarksOutliveReplansThatFreeNoPlace(t *testing.T) {
+	m := newMarkTest(t, 1000, "steady")
+	at := t0.Add(100 * time.Millisecond)
+	home := m.a.reg.home(clientHash("w-0"))
+	inHome := func(prefix string, n int) []string {
+		var out []string
+		for i := 0; len(out) < n; i++ {
+			if id := prefix + strconv.Itoa(i); m.a.reg.home(clientHash(id)) == home {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	waiting := inHome("w-", maxWaitingPerBucket)
+	for _, id := range waiting {
+		if d := m.a.AdmitAt(at, id); d.Reason != ReasonPending {
+			t.Fatalf("a: %s: %+v, want pending", id, d)
+		}
+	}
+	refusedFromMark := func(ids []string, when time.Time) int {
+		touched := 0
+		for _, id := range ids {
+			d, ops := m.admit(m.b, when, id)
+			if d.Reason != ReasonTableFull {
+				t.Fatalf("b: %s: %+v, want table_full", id, d)
+			}
+			if ops > 0 {
+				touched++
+			}
+		}
+		return touched
+	}
+	if touched := refusedFromMark(inHome("f-", 50), at); touched > 3 {
+		t.Fatalf("%d of 50 refusals read before the re-plan", touched)
+	}
+	// A newcomer elsewhere, past MinCycle: a re-plan promotes it.
+	later := t0.Add(1500 * time.Millisecond)
+	var elsewhere string
+	for i := 0; elsewhere == ""; i++ {
+		if id := "n-" + strconv.Itoa(i); m.a.reg.home(clientHash(id)) != home {
+			elsewhere = id
+		}
+	}
+	before := m.a.reg.view
+	if d := m.a.AdmitAt(later, elsewhere); !d.Allowed {
+		t.Fatalf("a: %s past MinCycle: %+v, want admitted by a re-plan", elsewhere, d)
+	}
+	if p := m.a.reg.view; p.id != before.id+1 || p.n != before.n+1 {
+		t.Fatalf("plan %d (n %d) after %d (n %d): want one re-plan counting one more", p.id, p.n, before.id, before.n)
+	}
+	m.b.TickAt(later)
+	// (Not even the first: the mark made before the re-plan still holds.)
+	if touched := refusedFromMark(inHome("g-", 50), later); touched > 0 {
+		t.Fatalf("%d of 50 refusals read after a re-plan that freed no place", touched)
+	}
+	// One of the bucket's newcomers proves itself; the next re-plan counts
+	// it, and its place is free again.
+	if d := m.a.AdmitAt(later, waiting[0]); d.Reason != ReasonPending {
+		t.Fatalf("a: %s asking again: %+v, want pending", waiting[0], d)
+	}
+	last := t0.Add(2600 * time.Millisecond)
+	m.a.TickAt(last)
+	m.b.TickAt(last)
+	if p := m.b.reg.view; p.pending != 0 || p.id != before.id+2 {
+		t.Fatalf("b's view: plan %d pending %d, want the re-plan that counted the proof", p.id, p.pending)
+	}
+	next := inHome("h-", 1)[0]
+	if d, ops := m.admit(m.b, last, next); ops == 0 || d.Reason != ReasonPending {
+		t.Fatalf("b: %s after a re-plan that freed a place: %d operations, %+v; want a read and a place", next, ops, d)
+	}
+}

@@ -39,6 +39,10 @@ type registry struct {
 	bkt      bucketVal
 	lastRead bucketRead   // see getBucket
 	marks    []bucketMark // by bucket; see bucketMark (nil until a refusal)
+	// marksFrom is the plan id from which the marks made since hold: the
+	// view's, or an earlier one when the plans since changed no bucket's
+	// newcomer places (marksCarry).
+	marksFrom uint64
 	scratch  planScratch
 	corrupt  []corruptKey
 }
@@ -144,6 +148,9 @@ func (r *registry) adopt(p plan, cas uint32) {
 	if p.id != r.view.id {
 		clear(r.waiting)
 		clear(r.refused)
+		if !marksCarry(&r.view, &p) {
+			r.marksFrom = p.id
+		}
 		if p.window != r.view.window {
 			for h, cs := range r.clients {
 				if cs.window < p.window-1 || cs.window > p.window {
