@@ -43,8 +43,8 @@ type registry struct {
 	// view's, or an earlier one when the plans since changed no bucket's
 	// newcomer places (marksCarry).
 	marksFrom uint64
-	scratch  planScratch
-	corrupt  []corruptKey
+	scratch   planScratch
+	corrupt   []corruptKey
 }
 
 type corruptKey struct {
