@@ -484,8 +484,8 @@ func (l *Limiter) refuse(t int64, h uint64) Decision {
 }
 
 // closedTo reports whether newcomer h can only be refused as table_full,
-// from the mark of its home bucket alone: the view's plan marked the
-// bucket, the bucket did not hold h, no client waits for a re-plan (a
+// from the mark of its home bucket alone: the mark holds under the view's
+// plan (markOf), the bucket did not hold h, no client waits for a re-plan (a
 // proof would have taken a place in some bucket, and moved pending), and
 // either the table is full or the bucket's places for newcomers are taken.
 // The slow path gives the same answer from a read of the bucket, except to
