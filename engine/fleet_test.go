@@ -104,6 +104,16 @@ func (p *fleetProcess) request(now time.Time, client string, cc *capcheck.Checke
 	return d.Allowed
 }
 
+// newFleetPair is two processes of two workers each, with capacity
+// fleetCap each and the fleet's too, beside one fake Gubernator, and the
+// index of the window that starts at fleetEpoch.
+func newFleetPair(t *testing.T, fleetCap, fallback int64) (Config, *fakeGubernator, []*fleetProcess, int64) {
+	t.Helper()
+	cfg := fleetConfig(fleetCap, fleetCap, fallback)
+	k0, _, _ := WindowAt(fleetEpoch, cfg.Cycle, 0)
+	return cfg, newFakeGubernator(), []*fleetProcess{newFleetProcess(t, cfg, 2), newFleetProcess(t, cfg, 2)}, k0
+}
+
 func fleetConfig(fleetCap, capacity, fallback int64) Config {
 	cfg := Defaults(capacity, 10*time.Second)
 	cfg.Fleet = &Fleet{Capacity: fleetCap, Fallback: fallback, SyncInterval: 500 * time.Millisecond, Timeout: 200 * time.Millisecond}
@@ -140,11 +150,8 @@ var fleetEpoch = time.Unix(1_800_000_000, 0) // on a 10 s window edge
 
 func TestFleetBoundAndDemandSplit(t *testing.T) {
 	const fleetCap = 200
-	cfg := fleetConfig(fleetCap, fleetCap, 20)
-	g := newFakeGubernator()
-	procs := []*fleetProcess{newFleetProcess(t, cfg, 2), newFleetProcess(t, cfg, 2)}
+	cfg, g, procs, k0 := newFleetPair(t, fleetCap, 20)
 	cc := capcheck.New(fleetCap)
-	k0, _, _ := WindowAt(fleetEpoch, cfg.Cycle, 0)
 	// 80/20 for eight windows, then 20/80: together 5 requests per 10 ms,
 	// 25 times the fleet capacity.
 	rate := func(i int, k int64) int {
@@ -197,11 +204,8 @@ func TestFleetOneSyncerPerProcess(t *testing.T) {
 
 func TestFleetFallbackEpisode(t *testing.T) {
 	const fleetCap, fallback = 100, 15
-	cfg := fleetConfig(fleetCap, fleetCap, fallback)
-	g := newFakeGubernator()
-	procs := []*fleetProcess{newFleetProcess(t, cfg, 2), newFleetProcess(t, cfg, 2)}
+	cfg, g, procs, k0 := newFleetPair(t, fleetCap, fallback)
 	cc := capcheck.New(fleetCap + 2*fallback)
-	k0, _, _ := WindowAt(fleetEpoch, cfg.Cycle, 0)
 	// Gubernator is down in windows 3 to 6 (from mid-window 3 to the start
 	// of 7), up otherwise.
 	downFrom := fleetEpoch.Add(3*cfg.Cycle + cfg.Cycle/2)
@@ -248,11 +252,8 @@ func TestFleetFallbackEpisode(t *testing.T) {
 
 func TestFleetGivesBackWhatAnIdleProcessHolds(t *testing.T) {
 	const fleetCap = 100
-	cfg := fleetConfig(fleetCap, fleetCap, 10)
-	g := newFakeGubernator()
-	procs := []*fleetProcess{newFleetProcess(t, cfg, 2), newFleetProcess(t, cfg, 2)}
+	cfg, g, procs, k0 := newFleetPair(t, fleetCap, 10)
 	cc := capcheck.New(fleetCap)
-	k0, _, _ := WindowAt(fleetEpoch, cfg.Cycle, 0)
 	// Both busy for three windows, then the second goes idle mid-window 3.
 	stop := fleetEpoch.Add(3*cfg.Cycle + cfg.Cycle/5)
 	idleAfter := false
