@@ -15,18 +15,54 @@ import (
 // one: nothing read from the store is trusted before it passed its decoder.
 
 const (
-	planVersion   = 2
-	budgetVersion = 1
-	bucketVersion = 2
+	planVersion   = 3
+	budgetVersion = 2
+	bucketVersion = 3
 
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8
-	budgetLen   = 1 + 8*4
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + sealLen
+	budgetLen   = 1 + 8*5 + sealLen
 	bucketHead  = 1 + 1 + 1
 	entryLen    = 8 * 11
 	bucketSlots = 48 // entries per bucket key
 )
 
 var errCorrupt = errors.New("corrupt value")
+
+// Every record ends with a checksum of the bytes before it (seal). Range
+// checks catch values no writer produces; the checksum catches the ones
+// that look possible: one flipped bit in a budget's granted would otherwise
+// decode as a smaller count and re-open units the window already granted.
+const sealLen = 8
+
+// seal appends dst's checksum to it.
+func seal(dst []byte) []byte { return binary.LittleEndian.AppendUint64(dst, checksum(dst)) }
+
+// unseal checks raw's trailing checksum and returns the record before it.
+func unseal(raw []byte) ([]byte, error) {
+	n := len(raw) - sealLen
+	if n < 1 || binary.LittleEndian.Uint64(raw[n:]) != checksum(raw[:n]) {
+		return nil, fmt.Errorf("%w: checksum of a %d-byte value", errCorrupt, len(raw))
+	}
+	return raw[:n], nil
+}
+
+// checksum mixes b a word at a time. Each step is a bijection of the state
+// for a fixed word, and of the word for a fixed state, so any change
+// confined to one word (a flipped bit, in particular) changes the result.
+// It costs about a nanosecond per word: a bucket of 48 entries is checked
+// in well under a microsecond.
+func checksum(b []byte) uint64 {
+	h := uint64(len(b)) ^ 0x9e3779b97f4a7c15
+	for ; len(b) >= 8; b = b[8:] {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+	}
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 0x94d049bb133111eb
+		h ^= h >> 29
+	}
+	return h
+}
 
 // maxPlanID bounds plan ids far below wrap-around, even after plan resets
 // (each adds planResetJump).
@@ -61,6 +97,11 @@ type plan struct {
 	// scale turns what each client still wants of its full-window share
 	// into what it may take of the window's remaining budget (≤ 1).
 	scale float64
+	// shift is added to every worker's clock reading (Unix ns, a whole
+	// number of cycles, never negative, only ever growing): after a clock
+	// jump the store's windows run ahead of the clock, and a shift moves
+	// the clock onto a window that was never opened (see transition).
+	shift int64
 }
 
 func appendPlan(dst []byte, p *plan) []byte {
@@ -89,12 +130,17 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, uint64(p.cycle))
 	dst = le.AppendUint64(dst, uint64(p.offset))
 	dst = le.AppendUint64(dst, p.promoted)
-	return dst
+	dst = le.AppendUint64(dst, uint64(p.shift))
+	return seal(dst)
 }
 
 func decodePlan(b []byte, p *plan) error {
 	if len(b) != planLen || b[0] != planVersion {
 		return fmt.Errorf("%w: plan of %d bytes", errCorrupt, len(b))
+	}
+	b, err := unseal(b)
+	if err != nil {
+		return err
 	}
 	le := binary.LittleEndian
 	var q plan
@@ -119,6 +165,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.cycle = int64(le.Uint64(b[off+16:]))
 	q.offset = int64(le.Uint64(b[off+24:]))
 	q.promoted = le.Uint64(b[off+32:])
+	q.shift = int64(le.Uint64(b[off+40:]))
 	switch {
 	case b[69]&^1 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
@@ -136,6 +183,8 @@ func decodePlan(b []byte, p *plan) error {
 		return fmt.Errorf("%w: plan cycle %d, offset %d", errCorrupt, q.cycle, q.offset)
 	case q.window < minWindow || q.window > maxWindow || q.window > math.MaxInt64/q.cycle-2 || q.window < math.MinInt64/q.cycle+2:
 		return fmt.Errorf("%w: plan window %d", errCorrupt, q.window)
+	case q.shift < 0 || q.shift > maxShift:
+		return fmt.Errorf("%w: plan shift %d", errCorrupt, q.shift)
 	}
 	for _, f := range q.params {
 		if !(f >= 0 && f <= 4*MaxCapacity*float64(2*MaxClientsCap)) {
@@ -152,6 +201,9 @@ const (
 	maxWindow = 1 << 53
 )
 
+// maxShift bounds a plan's clock shift: about 146 years of jumps.
+const maxShift = 1 << 62
+
 // budget is the window budget: units granted to workers in one window, all
 // clients together, and the capacity in force for it (the smallest that any
 // config that drew from it had). granted may exceed capacity only after the
@@ -161,6 +213,7 @@ type budget struct {
 	roll     uint64 // the plan id that opened the window: a budget of an older roll is over
 	granted  int64
 	capacity int64
+	end      int64 // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 }
 
 func appendBudget(dst []byte, v budget) []byte {
@@ -170,15 +223,21 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, v.roll)
 	dst = le.AppendUint64(dst, uint64(v.granted))
 	dst = le.AppendUint64(dst, uint64(v.capacity))
-	return dst
+	dst = le.AppendUint64(dst, uint64(v.end))
+	return seal(dst)
 }
 
 func decodeBudget(b []byte) (budget, error) {
 	if len(b) != budgetLen || b[0] != budgetVersion {
 		return budget{}, fmt.Errorf("%w: budget of %d bytes", errCorrupt, len(b))
 	}
+	b, err := unseal(b)
+	if err != nil {
+		return budget{}, err
+	}
 	le := binary.LittleEndian
 	v := budget{
+		end:      int64(le.Uint64(b[33:])),
 		window:   int64(le.Uint64(b[1:])),
 		roll:     le.Uint64(b[9:]),
 		granted:  int64(le.Uint64(b[17:])),
@@ -244,7 +303,7 @@ func appendBucket(dst []byte, b *bucketVal) []byte {
 		dst = le.AppendUint64(dst, uint64(e.active))
 		dst = le.AppendUint64(dst, uint64(e.tries))
 	}
-	return dst
+	return seal(dst)
 }
 
 // decodeBucket fills b from raw, reusing b's slice.
@@ -284,16 +343,19 @@ func bucketHeader(raw []byte) (n int, overflow bool, err error) {
 		return 0, false, fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
 	}
 	n = int(raw[1])
-	if n > bucketSlots || len(raw) != bucketHead+n*entryLen || raw[2]&^1 != 0 {
+	if n > bucketSlots || len(raw) != bucketHead+n*entryLen+sealLen || raw[2]&^1 != 0 {
 		return 0, false, fmt.Errorf("%w: bucket of %d entries in %d bytes", errCorrupt, n, len(raw))
+	}
+	if _, err := unseal(raw); err != nil {
+		return 0, false, err
 	}
 	return n, raw[2]&1 != 0, nil
 }
 
 // lookupBucket finds the entry of hash h in raw without decoding the
-// others: a lookup reads one entry, whatever the bucket holds. Only that
-// entry is checked; the writer of the bucket decodes, and so checks, all of
-// it (decodeBucket).
+// others: a lookup decodes one entry, whatever the bucket holds. Only that
+// entry's fields are range-checked (the writer of the bucket decodes, and
+// so checks, all of it: decodeBucket); the whole value's checksum is.
 func lookupBucket(raw []byte, h uint64) (e entry, found, overflow bool, err error) {
 	n, overflow, err := bucketHeader(raw)
 	if err != nil {

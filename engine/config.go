@@ -9,10 +9,14 @@ import (
 // Bounds on the configuration. They keep every derived quantity (shares,
 // counters, window indices) far from overflow.
 const (
-	MaxCapacity   = 1 << 40
-	MaxCycle      = time.Hour
-	MaxClientsCap = 100_000
-	MaxIdleCycles = 1 << 16
+	MaxCapacity = 1 << 40
+	MaxCycle    = time.Hour
+	// MinCycleLength is the shortest cycle: Envoy's timers and ticks run in
+	// milliseconds, so a shorter window could not be planned on time, and a
+	// whole window could pass between two readings of one request.
+	MinCycleLength = time.Millisecond
+	MaxClientsCap  = 100_000
+	MaxIdleCycles  = 1 << 16
 )
 
 // Config is what one limit needs. Every field is explicit; Defaults fills the
@@ -106,8 +110,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Capacity < 1 || c.Capacity > MaxCapacity:
 		return fieldErr("capacity", "must be an integer in [1, %d], got %d", int64(MaxCapacity), c.Capacity)
-	case c.Cycle <= 0 || c.Cycle > MaxCycle:
-		return fieldErr("cycle", "must be in (0, %s], got %s", MaxCycle, c.Cycle)
+	case c.Cycle < MinCycleLength || c.Cycle > MaxCycle:
+		return fieldErr("cycle", "must be in [%s, %s], got %s", MinCycleLength, MaxCycle, c.Cycle)
 	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
 	case !isCompact(c.Policy):

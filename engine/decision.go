@@ -20,13 +20,18 @@ const (
 	// MinCycle holds back, or for the next window when the running one's
 	// capacity was spent when it arrived.
 	ReasonPending
-	// ReasonStoreFailure: shared state failed or stayed contended past the
-	// CAS retry bound; FailureModeDeny decides whether this admits.
+	// ReasonStoreFailure: the store returned an error; FailureModeDeny
+	// decides whether this admits, and a worker admits at most a small
+	// allowance per window this way (see Limiter.AdmitNAt).
 	ReasonStoreFailure
+	// ReasonContended: compare-and-swap kept losing races past the retry
+	// bound. Nothing was granted, so the request is refused, whatever
+	// FailureModeDeny says; a retry shortly after may succeed.
+	ReasonContended
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure"}
+var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure", "contended"}
 
 func (r Reason) String() string {
 	if r < numReasons {

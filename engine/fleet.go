@@ -246,24 +246,21 @@ func (w *fleetWorker) read(store Store) (fleetState, uint32, error) {
 // state and reports whether to write it. A record that cannot be read is
 // started afresh (it holds nothing, so the budget grants nothing meanwhile).
 func (w *fleetWorker) update(store Store, retries int, change func(s *fleetState) bool) error {
-	for attempt := 0; attempt < retries; attempt++ {
-		s, cas, err := w.read(store)
-		if errors.Is(err, errCorrupt) {
-			s = newFleetState()
-		} else if err != nil {
-			return err
+	return casUpdate(store, NopObserver{}, retries, w.key, "fleet", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		s := newFleetState()
+		if !missing {
+			v, err := decodeFleet(raw)
+			if err == nil {
+				s = v
+			}
 		}
 		if !change(&s) {
-			return nil
+			return nil, nil
 		}
 		w.buf = appendFleet(w.buf[:0], &s)
-		err = store.Set(w.key, w.buf, cas)
-		if errors.Is(err, ErrCASMismatch) {
-			continue
-		}
-		return err
-	}
-	return ErrRetriesExhausted
+		return w.buf, nil
+	})
 }
 
 // FleetCallAt is the fleet step of a tick, to run on every worker: it
@@ -403,12 +400,12 @@ func (l *Limiter) reclaim(t, k, n int64) int64 {
 	if err := l.current(t); err != nil || l.reg.view.window != k {
 		return 0
 	}
-	got, ok := l.led.adjust(n)
-	if !ok || got <= 0 {
+	got, err := l.led.adjust(n)
+	if err != nil || got <= 0 {
 		return 0
 	}
 	w := l.led.fleet
-	err := w.update(l.reg.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	err = w.update(l.reg.store, l.cfg.CASRetries, func(s *fleetState) bool {
 		sl := s.slot(k)
 		if sl == nil {
 			got = 0

@@ -8,8 +8,8 @@ import (
 // The fleet record's encoding: a version byte, five integers, the down flag,
 // and fleetSlots slots of seven integers, little-endian.
 const (
-	fleetVersion = 1
-	fleetLen     = 1 + 5*8 + 1 + fleetSlots*7*8
+	fleetVersion = 2
+	fleetLen     = 1 + 5*8 + 1 + fleetSlots*7*8 + sealLen
 )
 
 func appendFleet(dst []byte, s *fleetState) []byte {
@@ -34,7 +34,7 @@ func appendFleet(dst []byte, s *fleetState) []byte {
 		dst = le.AppendUint64(dst, uint64(sl.used))
 		dst = le.AppendUint64(dst, uint64(sl.rem))
 	}
-	return dst
+	return seal(dst)
 }
 
 // decodeFleet reads a fleet record, refusing values no writer produces: a
@@ -42,6 +42,9 @@ func appendFleet(dst []byte, s *fleetState) []byte {
 func decodeFleet(b []byte) (fleetState, error) {
 	if len(b) != fleetLen || b[0] != fleetVersion || b[41] > 1 {
 		return fleetState{}, fmt.Errorf("%w: fleet record of %d bytes", errCorrupt, len(b))
+	}
+	if _, err := unseal(b); err != nil {
+		return fleetState{}, err
 	}
 	le := binary.LittleEndian
 	u := func(i int) int64 { return int64(le.Uint64(b[i:])) }

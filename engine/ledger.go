@@ -59,7 +59,8 @@ const (
 	syncGone               // the client has no counted entry any more
 	syncPending            // the entry is not counted in the view yet
 	syncCorrupt            // the bucket holds an unreadable value
-	syncFailed             // the store failed or retries ran out
+	syncFailed             // the store failed
+	syncBusy               // CAS retries ran out
 )
 
 // Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
@@ -85,7 +86,7 @@ func leaseSize(avail, need, seen int64) int64 {
 // entry to the view's plan if needed, writes this worker's unwritten
 // demand, optionally returns its unused lease, and optionally leases at
 // least need more units (taking them from the window budget first).
-func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncResult) {
+func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult {
 	r := g.reg
 	p := &r.view
 	key := r.key(cs.bucket)
@@ -96,18 +97,20 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 			g.give(inHand)
 		}
 	}()
-	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
-		raw, cas, err := r.store.Get(key)
-		if errors.Is(err, ErrNotFound) {
-			return syncGone
-		}
-		if err != nil {
-			r.obs.StoreFailure("get bucket", err)
-			return syncFailed
+	var e entry
+	var take, ret int64
+	budgetShort := false // the share has room but the window does not
+	res := syncOK
+	err := r.update(key, "bucket", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		if missing {
+			res = syncGone
+			return nil, nil
 		}
 		if err := decodeBucket(raw, &r.bkt); err != nil {
 			r.obs.ValueReset(key, err)
-			return syncCorrupt
+			res = syncCorrupt
+			return nil, nil
 		}
 		i := -1
 		for j := range r.bkt.entries {
@@ -117,18 +120,22 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 			}
 		}
 		if i < 0 {
-			return syncGone
+			res = syncGone
+			return nil, nil
 		}
-		e := r.bkt.entries[i]
+		e = r.bkt.entries[i]
 		switch {
 		case e.plan > p.id:
-			return syncStale
+			res = syncStale
 		case !registered(&e, p):
-			return syncPending
+			res = syncPending
 		case expired(&e, p, g.cfg):
-			return syncGone
+			res = syncGone
 		case e.plan < p.id:
 			rebase(&e, p, r.pol, g.cfg)
+		}
+		if res != syncOK {
+			return nil, nil
 		}
 		if cs.window != e.window || cs.created != e.created {
 			// Counts and leases of another window, or of an earlier entry
@@ -143,21 +150,23 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		if e.tries == 1 && askedAgain(&e, g.cfg) {
 			e.tries = 2
 		}
-		var ret int64
+		ret, take, budgetShort = 0, 0, false
 		if returnLease {
 			ret = min(cs.lease, e.granted)
 			e.granted -= ret
 		}
-		var take int64
-		budgetShort := false // the share has room but the window does not
 		if need > 0 {
 			want := g.leaseWant(&e, need, cs.flushed+cs.unflushed)
 			if want > inHand {
 				g.gate = gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, g.now)
-				got, ok := g.take(want - inHand)
+				got, err := g.take(want - inHand)
 				g.gate = borrowGate{}
-				if !ok {
-					return syncStale
+				switch {
+				case errors.Is(err, errStale):
+					res = syncStale
+					return nil, nil
+				case err != nil:
+					return nil, err
 				}
 				inHand += got
 			}
@@ -170,83 +179,90 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) (res syncRe
 		}
 		r.bkt.entries[i] = e
 		r.buf = appendBucket(r.buf, &r.bkt)
-		if retry, werr := r.write(key, cas, "set bucket"); retry {
-			continue
-		} else if werr != nil {
-			return syncFailed
-		}
-		inHand -= take
-		if ret > 0 {
-			g.give(ret)
-		}
-		cs.flushed += cs.unflushed
-		cs.unflushed = 0
-		cs.lease += take - ret
-		cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
-		cs.fresh = isNew(&e, p)
-		// A request costing more than is left is refused without making
-		// the client exhausted: a cheaper one may still fit.
-		cs.exhausted = e.granted >= e.share || budgetShort || g.paceAt > 0
-		cs.accrues = g.nextAccrual(budgetShort && g.clipped)
-		return syncOK
+		return r.buf, nil
+	})
+	switch {
+	case errors.Is(err, ErrRetriesExhausted):
+		return syncBusy
+	case err != nil:
+		return syncFailed
+	case res != syncOK:
+		return res
 	}
-	r.obs.StoreFailure("sync client", ErrRetriesExhausted)
-	return syncFailed
+	inHand -= take
+	if ret > 0 {
+		g.give(ret)
+	}
+	cs.flushed += cs.unflushed
+	cs.unflushed = 0
+	cs.lease += take - ret
+	cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
+	cs.fresh = isNew(&e, p)
+	// A request costing more than is left is refused without making the
+	// client exhausted: a cheaper one may still fit.
+	cs.exhausted = e.granted >= e.share || budgetShort || g.paceAt > 0
+	cs.accrues = g.nextAccrual(budgetShort && g.clipped)
+	return syncOK
 }
 
-// take draws up to n units from the window budget. It reports false when
-// the budget belongs to a newer plan's window than the view (the view is
-// stale). An unreadable budget grants nothing: it may hide grants, and only
-// the next roller may reset it.
-func (g *ledger) take(n int64) (int64, bool) {
-	got, ok := g.adjust(n)
-	return g.paced(got), ok
+// errStale: the budget belongs to a newer plan's window than the view.
+var errStale = errors.New("view older than the budget")
+
+// take draws up to n units from the window budget. It returns errStale
+// when the budget belongs to a newer plan's window than the view, and
+// ErrRetriesExhausted under contention. An unreadable budget grants
+// nothing: it may hide grants, and only the next roller may reset it.
+func (g *ledger) take(n int64) (int64, error) {
+	got, err := g.adjust(n)
+	if err != nil {
+		return 0, err
+	}
+	return g.paced(got), nil
 }
 
 // give returns n units to the window budget (a lease returned, or units
-// taken for a lease that was not written).
-func (g *ledger) give(n int64) { g.adjust(-n) }
+// taken for a lease that was not written). A give that fails loses the
+// units for the window: on the safe side.
+func (g *ledger) give(n int64) { _, _ = g.adjust(-n) }
 
 // adjust moves the budget's granted by delta (positive: a take, limited to
 // what is left). It is the one read-modify-write of the budget key.
-func (g *ledger) adjust(delta int64) (int64, bool) {
+func (g *ledger) adjust(delta int64) (int64, error) {
 	r := g.reg
 	p := &r.view
-	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
-		raw, cas, err := r.store.Get(r.budgetKey)
+	var moved int64
+	err := r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		moved = 0
 		var v budget
-		switch {
-		case errors.Is(err, ErrNotFound):
-			v, cas = budget{}, casCreate
-		case err != nil:
-			r.obs.StoreFailure("get budget", err)
-			return 0, true
-		default:
+		if !missing {
+			var err error
 			if v, err = decodeBudget(raw); err != nil {
 				r.obs.ValueReset(r.budgetKey, err)
-				return 0, true
+				return nil, nil
 			}
 		}
-		changed := cas == casCreate
+		changed := missing
+		start, end := planWindow(p, g.cfg)
 		switch {
 		case v.roll > p.roll:
-			return 0, false
-		case v.roll < p.roll && v.window == p.window && cas != casCreate:
-			// The same window under a later roll (a plan reset): its grants
-			// still count.
-			v.roll, changed = p.roll, true
+			return nil, errStale
+		case v.roll < p.roll && v.end > start && !missing:
+			// A window this one overlaps (the same window under a later roll,
+			// after a plan reset, or the window of another alignment during a
+			// reconfiguration): its grants still count.
+			v.roll, v.window, v.end, changed = p.roll, p.window, max(v.end, end), true
 		case v.roll < p.roll:
 			if delta < 0 {
-				return 0, true // a return to a window that is over
+				return nil, nil // a return to a window that is over
 			}
-			v, changed = budget{window: p.window, roll: p.roll, capacity: g.cfg.Capacity}, true
+			v, changed = budget{window: p.window, roll: p.roll, capacity: g.cfg.Capacity, end: end}, true
 		}
 		if g.cfg.Capacity < v.capacity {
 			// A smaller capacity takes effect at once for the rest of the
 			// window; a larger one only from the next window.
 			v.capacity, changed = g.cfg.Capacity, true
 		}
-		var moved int64
 		if delta > 0 {
 			left := g.fleetCap(v.capacity, p.window) // the capacity in force: the fleet's lease in fleet mode
 			allowed := min(delta, max(0, left-v.granted))
@@ -256,17 +272,17 @@ func (g *ledger) adjust(delta int64) (int64, bool) {
 			moved = -min(-delta, v.granted)
 		}
 		if moved == 0 && !changed {
-			return 0, true
+			return nil, nil
 		}
 		v.granted += moved
 		r.buf = appendBudget(r.buf, v)
-		if retry, werr := r.write(r.budgetKey, cas, "set budget"); retry {
-			continue
-		} else if werr != nil {
-			return 0, true
-		}
-		return max(moved, 0), true
+		return r.buf, nil
+	})
+	switch {
+	case errors.Is(err, errStale), errors.Is(err, ErrRetriesExhausted):
+		return 0, err
+	case err != nil:
+		return 0, nil // a store error grants nothing
 	}
-	r.obs.StoreFailure("budget", ErrRetriesExhausted)
-	return 0, true
+	return max(moved, 0), nil
 }

@@ -19,6 +19,10 @@ type Observer interface {
 	// ValueReset: an unreadable shared value was found (and is reset by the
 	// next plan).
 	ValueReset(key string, err error)
+	// ClockJump: this worker found the clock behind a window that stopped
+	// moving (a clock that ran ahead came back, or stepped back), and
+	// opened a window after it, shifting every worker's clock by shift.
+	ClockJump(shift time.Duration)
 }
 
 // RolloverEvent describes a plan this worker published.
@@ -39,6 +43,7 @@ func (NopObserver) Rollover(RolloverEvent)     {}
 func (NopObserver) CASRetry()                  {}
 func (NopObserver) StoreFailure(string, error) {}
 func (NopObserver) ValueReset(string, error)   {}
+func (NopObserver) ClockJump(time.Duration)    {}
 
 // Option configures a Limiter.
 type Option func(*Limiter)
@@ -71,6 +76,9 @@ type Limiter struct {
 	reg   *registry
 	led   ledger
 	dirty []*clientState // clients with a lease or unwritten demand: the tick's work
+	// failOpen counts the units this worker admitted on store errors in
+	// one window (see failure).
+	failOpen struct{ window, used int64 }
 }
 
 // New returns a worker for cfg over store.
@@ -107,11 +115,12 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 		return l.reject(ReasonAnonymous, 0, 0)
 	}
 	cost = max(cost, 1)
-	t := now.UnixNano()
-	l.led.now = t
-	if err := l.current(t); err != nil {
-		return l.failure(t)
+	real := now.UnixNano()
+	if err := l.current(real); err != nil {
+		return l.failure(real+l.reg.view.shift, cost, err)
 	}
+	t := real + l.reg.view.shift // the shifted clock (see transition)
+	l.led.now = t
 	l.led.fleet.noteAsked(cost, l.reg.view.window)
 	h := clientHash(client)
 	if cs := l.reg.clients[h]; cs != nil {
@@ -125,14 +134,15 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // not use since the previous tick, notices plans other workers published,
 // and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
-	t := now.UnixNano()
-	l.led.now = t
-	if err := l.refresh(t); err != nil {
+	real := now.UnixNano()
+	if err := l.refresh(real); err != nil {
 		return
 	}
+	t := real + l.reg.view.shift
+	l.led.now = t
 	l.tickClients()
-	if step, _ := transition(&l.reg.view, &l.cfg, t, callerCounted); step == stepRoll || step == stepReplan {
-		_, _ = l.reg.replan(t, callerCounted, 0, l.flush)
+	if step, _ := transition(&l.reg.view, &l.cfg, t, l.reg.behind(t), callerCounted); step != stepStay {
+		_, _ = l.reg.replan(real, callerCounted, 0, l.flush)
 	}
 }
 
@@ -177,10 +187,11 @@ func (l *Limiter) markDirty(cs *clientState) {
 // allowed (always for the first clients) and wait for the next plan
 // otherwise.
 func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
-	t := now.UnixNano()
-	if err := l.refresh(t); err != nil {
+	real := now.UnixNano()
+	if err := l.refresh(real); err != nil {
 		return err
 	}
+	t := real + l.reg.view.shift
 	for i, c := range clients {
 		if c == "" {
 			continue
@@ -201,7 +212,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	if l.reg.view.id == 0 {
 		who = callerWaiting // the first plan
 	}
-	_, err := l.reg.replan(t, who, 0, l.flush)
+	_, err := l.reg.replan(real, who, 0, l.flush)
 	return err
 }
 
@@ -265,27 +276,32 @@ func (l *Limiter) Snapshot() Snapshot {
 func (l *Limiter) ActiveClients() int { return int(l.reg.view.n) }
 
 // refresh reads the plan; an unreadable one is replaced at once by a plan
-// for t's window (see registry.replan).
-func (l *Limiter) refresh(t int64) error {
+// for the clock's window (see registry.replan). real is the clock's reading
+// (unshifted).
+func (l *Limiter) refresh(real int64) error {
 	corrupt, err := l.reg.read()
 	if err != nil || !corrupt {
 		return err
 	}
-	_, err = l.reg.replan(t, callerCounted, 0, l.flush)
+	_, err = l.reg.replan(real, callerCounted, 0, l.flush)
 	return err
 }
 
-// current makes sure the view is the plan for t, planning a new window
-// when the running one is over. It reads the store only when the cached
-// plan says a step is due.
-func (l *Limiter) current(t int64) error {
-	step, _ := transition(&l.reg.view, &l.cfg, t, callerCounted)
+// current makes sure the view is the plan for the clock reading real,
+// planning a new window when the running one is over. It reads the store
+// only when the cached plan says a step is due.
+func (l *Limiter) current(real int64) error {
+	t := real + l.reg.view.shift
+	step, _ := transition(&l.reg.view, &l.cfg, t, l.reg.behind(t), callerCounted)
 	if step == stepStay {
 		return nil
 	}
-	_, err := l.reg.replan(t, callerCounted, 0, l.flush)
+	_, err := l.reg.replan(real, callerCounted, 0, l.flush)
 	return err
 }
+
+// unshifted is the clock reading behind the shifted time t.
+func (l *Limiter) unshifted(t int64) int64 { return t - l.reg.view.shift }
 
 // admitKnown admits a counted client from this worker's lease, leasing
 // more when it runs short. retry allows one more pass after the view was
@@ -322,8 +338,8 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		return l.overLimit(t, cs)
 	case syncStale, syncPending:
 		before := p.id
-		if err := l.refresh(t); err != nil {
-			return l.failure(t)
+		if err := l.refresh(l.unshifted(t)); err != nil {
+			return l.failure(t, cost, err)
 		}
 		cs.unflushed -= cost // counted again by the retry
 		if retry && l.reg.view.id != before {
@@ -343,6 +359,8 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		delete(l.reg.clients, cs.hash)
 		cs.lease, cs.unflushed = 0, 0
 		return l.admitUnknown(t, cs.hash, cost)
+	case syncBusy:
+		return l.failure(t, cost, ErrRetriesExhausted)
 	case syncCorrupt:
 		// The bucket may hide grants: the client gets nothing more until a
 		// roller resets it. Its demand is dropped as if written, so further
@@ -352,7 +370,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		cs.unflushed = 0
 		return l.overLimit(t, cs)
 	}
-	return l.failure(t)
+	return l.failure(t, cost, errStore)
 }
 
 // admitUnknown handles a client this worker holds no state for: a client
@@ -379,16 +397,16 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	}
 	if r.view.id == 0 {
 		// No plan seen yet: read it, or every client looks new.
-		if err := l.refresh(t); err != nil {
-			return l.failure(t)
+		if err := l.refresh(l.unshifted(t)); err != nil {
+			return l.failure(t, cost, err)
 		}
 	}
 	b, e, found, err := r.find(h)
 	if err == nil && found && !registered(&e, &r.view) {
 		// Waiting, as far as this worker's view goes: the view may be
 		// behind the plan that counted it.
-		if err := l.refresh(t); err != nil {
-			return l.failure(t)
+		if err := l.refresh(l.unshifted(t)); err != nil {
+			return l.failure(t, cost, err)
 		}
 	}
 	if err != nil {
@@ -398,7 +416,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 			l.wait(h, true)
 			return l.pending(t)
 		}
-		return l.failure(t)
+		return l.failure(t, cost, err)
 	}
 	if found && counted(&e, &r.view, &l.cfg) {
 		return l.admitKnown(t, l.track(h, b, e.created), cost, true)
@@ -416,7 +434,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	case found && !registered(&e, &r.view):
 		// Proven already, waiting for the next re-plan.
 	default: // new, or returning after expiry
-		if step, _ := transition(&r.view, &l.cfg, t, callerNew); step == stepTableFull {
+		if step, _ := transition(&r.view, &l.cfg, t, r.behind(t), callerNew); step == stepTableFull {
 			r.markRead(h)
 			return l.refuse(t, h)
 		}
@@ -428,12 +446,12 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		case errors.Is(err, errFull):
 			return l.refuse(t, h)
 		case errors.Is(err, errCorrupt):
-			if _, err := r.replan(t, callerWaiting, 0, l.flush); err != nil {
-				return l.failure(t)
+			if _, err := r.replan(l.unshifted(t), callerWaiting, 0, l.flush); err != nil {
+				return l.failure(t, cost, err)
 			}
 			return l.pending(t)
 		}
-		return l.failure(t)
+		return l.failure(t, cost, err)
 	}
 	// In the table, unproven (this request may promote it) or proven
 	// (counted in the plan's pending): a plan is made now when allowed.
@@ -442,14 +460,14 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if r.view.id == 0 {
 		who = callerWaiting
 	}
-	if step, _ := transition(&r.view, &l.cfg, t, who); step == stepPending || step == stepStay {
+	if step, _ := transition(&r.view, &l.cfg, t, r.behind(t), who); step == stepPending || step == stepStay {
 		// No re-plan is due as far as the view goes (a tick catches up
 		// when the view is behind).
 		l.wait(h, proven)
 		return l.pending(t)
 	}
-	if step, err := r.replan(t, who, cand, l.flush); err != nil {
-		return l.failure(t)
+	if step, err := r.replan(l.unshifted(t), who, cand, l.flush); err != nil {
+		return l.failure(t, cost, err)
 	} else if step == stepStay {
 		l.wait(h, proven)
 		return l.pending(t)
@@ -500,7 +518,7 @@ func (l *Limiter) closedTo(t int64, h uint64) bool {
 	if m == nil || m.mayHold(h) {
 		return false
 	}
-	step, _ := transition(&r.view, &l.cfg, t, callerNew)
+	step, _ := transition(&r.view, &l.cfg, t, r.behind(t), callerNew)
 	return step == stepTableFull || (m.waitingFull && step != stepRoll)
 }
 
@@ -569,17 +587,49 @@ func (l *Limiter) reject(reason Reason, reset, retryAfter time.Duration) Decisio
 	}
 }
 
-// failure is the decision when shared state is unavailable: admit unless
-// FailureModeDeny, and in that case ask the client to retry in a second.
-func (l *Limiter) failure(t int64) Decision {
-	deny := l.cfg.FailureModeDeny
-	return Decision{
-		Allowed:     !deny || l.cfg.Passthrough,
-		WouldReject: deny,
-		Reason:      ReasonStoreFailure,
-		Reset:       l.untilWindowEnd(t),
-		RetryAfter:  time.Second,
-		Cycle:       l.reg.view.id,
-		Window:      l.reg.view.window,
+// errStore stands for a store error that was already reported to the
+// Observer where it happened.
+var errStore = errors.New("store failed")
+
+// failOpenDivisor sets the fail-open allowance: on store errors, a worker
+// admits at most Capacity/failOpenDivisor units (at least 1) per window
+// outside the budget, and refuses past it.
+const failOpenDivisor = 16
+
+// failure is the decision when shared state could not be used for a
+// request of cost units at t. Contention (CAS retries that ran out) is not
+// a failure of the store: nothing was granted, so nothing is admitted, and
+// the client is asked to retry shortly (ReasonContended). A store error
+// admits unless FailureModeDeny (fail open, as Envoy's rate-limit filters
+// do), within the worker's allowance for the window, and rejects past it:
+// the budget cannot count these units, so the allowance bounds them.
+func (l *Limiter) failure(t, cost int64, err error) Decision {
+	d := Decision{
+		Reason:     ReasonStoreFailure,
+		Reset:      l.untilWindowEnd(t),
+		RetryAfter: time.Second,
+		Cycle:      l.reg.view.id,
+		Window:     l.reg.view.window,
 	}
+	if errors.Is(err, ErrRetriesExhausted) {
+		d.Reason = ReasonContended
+		d.RetryAfter = min(l.cfg.MinCycle, max(d.Reset, time.Millisecond))
+		d.WouldReject, d.Allowed = true, l.cfg.Passthrough
+		return d
+	}
+	open := !l.cfg.FailureModeDeny
+	if open {
+		k := windowIndex(t, &l.cfg)
+		if l.failOpen.window != k {
+			l.failOpen.window, l.failOpen.used = k, 0
+		}
+		if l.failOpen.used+cost <= max(1, l.cfg.Capacity/failOpenDivisor) {
+			l.failOpen.used += cost
+		} else {
+			open = false
+		}
+	}
+	d.WouldReject = !open
+	d.Allowed = open || l.cfg.Passthrough
+	return d
 }

@@ -260,12 +260,21 @@ func TestClockStepsBack(t *testing.T) {
 	if admitted+more != 40 {
 		t.Fatalf("admitted %d across a small step back, want the share 40", admitted+more)
 	}
-	// A step back of more than a cycle starts a new cycle rather than
-	// freezing the limiter until the clock catches up.
+	// A step back of more than a cycle never opens a window again: the
+	// request counts in the newest window (spent), and is told to come back
+	// when the worker may jump (Cycle + MinCycle).
 	c := l.Snapshot().Cycle
-	d := l.AdmitAt(t0.Add(-time.Hour), "A")
-	if !d.Allowed || d.Cycle != c+1 || d.Reset != 10*time.Second {
-		t.Fatalf("after a large step back: %+v, want a fresh full cycle", d)
+	cfg := testConfig()
+	back := t0.Add(-time.Hour)
+	d := l.AdmitAt(back, "A")
+	if d.Allowed || d.Cycle != c || d.RetryAfter > cfg.Cycle+cfg.MinCycle {
+		t.Fatalf("after a large step back: %+v, want over_limit in the spent window, retry within %s", d, cfg.Cycle+cfg.MinCycle)
+	}
+	// The window does not move for Cycle + MinCycle of the stepped clock:
+	// the worker opens a new window after it, under a new plan.
+	d = l.AdmitAt(back.Add(cfg.Cycle+cfg.MinCycle), "A")
+	if !d.Allowed || d.Cycle <= c || d.Window <= l.Snapshot().Window-1 {
+		t.Fatalf("after Cycle+MinCycle behind: %+v, want a fresh window under a new plan", d)
 	}
 }
 

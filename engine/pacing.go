@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/binary"
-	"errors"
 	"math"
 )
 
@@ -61,15 +60,19 @@ func paceParams(cfg *Config) (interval, tolerance int64) {
 	return interval, tolerance
 }
 
-const paceVersion = 1
+const paceVersion = 2
 
 func appendPace(dst []byte, tat int64) []byte {
-	return binary.LittleEndian.AppendUint64(append(dst[:0], paceVersion), uint64(tat))
+	return seal(binary.LittleEndian.AppendUint64(append(dst[:0], paceVersion), uint64(tat)))
 }
 
 func decodePace(b []byte) (int64, error) {
-	if len(b) != 9 || b[0] != paceVersion {
+	if len(b) != 9+sealLen || b[0] != paceVersion {
 		return 0, errCorrupt
+	}
+	b, err := unseal(b)
+	if err != nil {
+		return 0, err
 	}
 	return int64(binary.LittleEndian.Uint64(b[1:])), nil
 }
@@ -87,41 +90,39 @@ func (g *ledger) paced(got int64) int64 {
 	r := g.reg
 	key := r.paceKey
 	interval, tolerance := paceParams(g.cfg)
-	for attempt := 0; attempt < g.cfg.CASRetries; attempt++ {
-		raw, cas, err := r.store.Get(key)
+	var m, next int64
+	err := r.update(key, "pace", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
 		var tat int64
-		switch {
-		case errors.Is(err, ErrNotFound):
-			cas = casCreate
-		case err != nil:
-			r.obs.StoreFailure("get pace", err)
-			g.give(got)
-			return 0
-		default:
+		if !missing {
+			var err error
 			if tat, err = decodePace(raw); err != nil {
 				r.obs.ValueReset(key, err)
 				tat = 0
+			} else if tat-g.now > int64(g.cfg.Cycle)+tolerance {
+				// No unit is paced more than a cycle past its tolerance: this
+				// pace was set by a clock that read far ahead. Kept, it would
+				// admit nothing until the clock got there.
+				r.obs.ValueReset(key, errCorrupt)
+				tat = 0
 			}
 		}
-		m, next := paceFit(tat, g.now, got, interval, tolerance)
-		if m > 0 {
-			r.buf = appendPace(r.buf, next)
-			if retry, werr := r.write(key, cas, "set pace"); retry {
-				continue
-			} else if werr != nil {
-				m = 0
-			}
+		m, next = paceFit(tat, g.now, got, interval, tolerance)
+		if m == 0 {
+			return nil, nil
 		}
-		if m < got {
-			g.give(got - m)
-			g.clipped = true
-			g.paceAt = g.now + max(interval, paceWait(next, g.now, tolerance))
-		}
-		return m
+		r.buf = appendPace(r.buf, next)
+		return r.buf, nil
+	})
+	if err != nil {
+		m = 0
 	}
-	r.obs.StoreFailure("pace", ErrRetriesExhausted)
-	g.give(got)
-	return 0
+	if m < got {
+		g.give(got - m)
+		g.clipped = true
+		g.paceAt = g.now + max(interval, paceWait(next, g.now, tolerance))
+	}
+	return m
 }
 
 // leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the

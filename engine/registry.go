@@ -2,7 +2,9 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"strconv"
+	"time"
 )
 
 // registry owns a worker's cached view of the shared state that says who
@@ -31,7 +33,13 @@ type registry struct {
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
 	refused map[uint64]uint64       // newcomers told "table_full" -> plan id then
 
-	budgetRoll uint64 // the budget's roll id at the last budgetLeft
+	budgetRoll uint64 // the budget's roll id at the last plan
+
+	// The clock has read before the view's window (roll behindRoll) since
+	// behindSince: see behind and transition's jump.
+	behindOn    bool
+	behindRoll  uint64
+	behindSince int64
 
 	registeredNow int // set by scan: clients the scanned plan counts first
 
@@ -115,32 +123,38 @@ func (r *registry) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(
 // the unreadable value's CAS so that a roller can replace it.
 func (r *registry) read() (corrupt bool, err error) {
 	raw, cas, err := r.store.Get(r.planKey)
-	if errors.Is(err, ErrNotFound) {
-		r.view, r.viewCAS, r.viewBad = plan{window: r.view.window}, casCreate, false
-		return false, nil
-	}
-	if err != nil {
+	missing := errors.Is(err, ErrNotFound)
+	if err != nil && !missing {
 		r.obs.StoreFailure("get plan", err)
 		return false, err
 	}
-	if cas == r.viewCAS {
-		return r.viewBad, nil
+	return r.readFrom(stored{raw: raw, cas: cas, missing: missing}), nil
+}
+
+// readFrom is read of a plan value already read from the store.
+func (r *registry) readFrom(st stored) (corrupt bool) {
+	if st.missing {
+		r.view, r.viewCAS, r.viewBad = plan{window: r.view.window}, casCreate, false
+		return false
+	}
+	if st.cas == r.viewCAS {
+		return r.viewBad
 	}
 	var p plan
-	if err := decodePlan(raw, &p); err != nil {
+	if err := decodePlan(st.raw, &p); err != nil {
 		r.obs.ValueReset(r.planKey, err)
-		r.viewCAS, r.viewBad = cas, true
-		return true, nil
+		r.viewCAS, r.viewBad = st.cas, true
+		return true
 	}
 	if p.id < r.view.id {
 		// A plan id never goes back; an older one can only be a bad
 		// writer's. Keep what we know and let a roller replace it.
 		r.obs.ValueReset(r.planKey, errCorrupt)
-		r.viewCAS, r.viewBad = cas, true
-		return true, nil
+		r.viewCAS, r.viewBad = st.cas, true
+		return true
 	}
-	r.adopt(p, cas)
-	return false, nil
+	r.adopt(p, st.cas)
+	return false
 }
 
 // adopt makes p the view. Local caches keyed by plan id expire with it.
@@ -193,8 +207,9 @@ func (r *registry) find(h uint64) (b int, e entry, found bool, err error) {
 }
 
 // bucketRead is the last bucket find read, kept for one use by the place
-// that follows it: a newcomer's lookup and registration then cost one read
-// of its bucket, not two. A stale one costs only a failed CAS and a re-read.
+// that follows it (as update's first read): a newcomer's lookup and
+// registration then cost one read of its bucket, not two. A stale one costs
+// only a failed CAS and a re-read.
 type bucketRead struct {
 	bucket  int
 	raw     []byte
@@ -205,18 +220,6 @@ type bucketRead struct {
 
 // forgetRead drops find's read, so that no later request acts on it.
 func (r *registry) forgetRead() { r.lastRead = bucketRead{} }
-
-// getBucket reads bucket b, or takes find's read of it.
-func (r *registry) getBucket(b int) ([]byte, uint32, error) {
-	if last := r.lastRead; last.valid && last.bucket == b {
-		r.forgetRead()
-		if last.missing {
-			return nil, 0, ErrNotFound
-		}
-		return last.raw, last.cas, nil
-	}
-	return r.store.Get(r.key(b))
-}
 
 // errFull: the newcomer cannot be registered (table or probe path full).
 var errFull = errors.New("client table full")
@@ -284,33 +287,29 @@ func (r *registry) put(e entry) error {
 // countPending adds one to the plan's pending count, refusing when the
 // table is full.
 func (r *registry) countPending() error {
-	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
-		corrupt, err := r.read()
-		if err != nil {
-			return err
+	var next plan
+	first := true
+	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		first = missing // no plan yet: the first plan counts every entry
+		if missing {
+			return nil, nil
 		}
-		if corrupt {
-			return errCorrupt // a roller must replace the plan first
+		if err := decodePlan(raw, &next); err != nil || next.id < r.view.id {
+			return nil, errCorrupt // a roller must replace the plan first
 		}
-		if r.view.id == 0 {
-			return nil // no plan yet: the first plan counts every entry
+		if int(next.n)+int(next.pending) >= r.cfg.MaxClients {
+			return nil, errFull
 		}
-		if int(r.view.n)+int(r.view.pending) >= r.cfg.MaxClients {
-			return errFull
-		}
-		next := r.view
 		next.pending++
 		r.buf = appendPlan(r.buf, &next)
-		if retry, werr := r.write(r.planKey, r.viewCAS, "set plan"); retry {
-			continue
-		} else if werr != nil {
-			return werr
-		}
-		r.adopt(next, 0)
-		return nil
+		return r.buf, nil
+	})
+	if err != nil || first {
+		return err
 	}
-	r.obs.StoreFailure("count pending", ErrRetriesExhausted)
-	return ErrRetriesExhausted
+	r.adopt(next, 0)
+	return nil
 }
 
 // place writes e into bucket b if there is room (a free place, or the
@@ -318,26 +317,27 @@ func (r *registry) countPending() error {
 // overflow when b is full, after marking it so lookups probe on.
 func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 	key := r.key(b)
-	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
-		raw, cas, err := r.getBucket(b)
-		switch {
-		case errors.Is(err, ErrNotFound):
-			r.bkt.overflow, r.bkt.entries, cas = false, r.bkt.entries[:0], casCreate
-		case err != nil:
-			r.obs.StoreFailure("get bucket", err)
-			return false, false, err
-		default:
-			if err := decodeBucket(raw, &r.bkt); err != nil {
-				r.obs.ValueReset(key, err)
-				return false, false, err
-			}
+	var read *bucketRead
+	if last := r.lastRead; last.valid && last.bucket == b {
+		read = &last // find's read of this bucket serves the first attempt
+		r.forgetRead()
+	}
+	err = r.update(key, "bucket", read, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		placed, overflow = false, false
+		if missing {
+			r.bkt.overflow, r.bkt.entries = false, r.bkt.entries[:0]
+		} else if err := decodeBucket(raw, &r.bkt); err != nil {
+			r.obs.ValueReset(key, err)
+			return nil, err
 		}
 		at, own := -1, false
 		for i := range r.bkt.entries {
 			x := &r.bkt.entries[i]
 			if x.hash == e.hash {
 				if !free(x, &r.view, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
-					return true, false, nil // there already, counted or waiting
+					placed = true // there already, counted or waiting
+					return nil, nil
 				}
 				at, own = i, true // its own entry: a returning client, or a newcomer proven
 				break
@@ -346,35 +346,34 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 				at = i
 			}
 		}
-		markOnly := false
 		switch {
 		case !own && waitingUnproven(&e) && waitingIn(&r.bkt, &r.view, r.cfg) >= maxWaitingPerBucket:
 			// A flood of one-shot ids fills no bucket past this: its refusals
 			// cost a read of a small bucket and no write, and once the bucket
 			// is marked, nothing (bucketMark).
 			r.mark(b, &r.bkt)
-			return false, false, nil
+			return nil, nil
 		case at >= 0:
 			r.bkt.entries[at] = e
+			placed = true
 		case len(r.bkt.entries) < bucketSlots:
 			r.bkt.entries = append(r.bkt.entries, e)
+			placed = true
 		case r.bkt.overflow:
-			return false, true, nil
+			overflow = true
+			return nil, nil
 		case waitingUnproven(&e):
-			return false, false, nil // unproven newcomers never spill into other buckets
+			return nil, nil // unproven newcomers never spill into other buckets
 		default:
-			r.bkt.overflow, markOnly = true, true
+			r.bkt.overflow, overflow = true, true // mark only: probe on
 		}
 		r.buf = appendBucket(r.buf, &r.bkt)
-		if retry, werr := r.write(key, cas, "set bucket"); retry {
-			continue
-		} else if werr != nil {
-			return false, false, werr
-		}
-		return !markOnly, markOnly, nil
+		return r.buf, nil
+	})
+	if err != nil {
+		return false, false, err
 	}
-	r.obs.StoreFailure("set bucket", ErrRetriesExhausted)
-	return false, false, ErrRetriesExhausted
+	return placed, overflow, nil
 }
 
 // free reports whether x's place may be reused: an idle client's, or an
@@ -393,39 +392,55 @@ func free(x *entry, p *plan, cfg *Config) bool {
 // who is who asks (see transition); cand is the newcomer whose own request
 // asks for the plan (0: none): a re-plan, or the first plan, counts it
 // even unproven (promoted), the only unproven newcomer it counts.
-func (r *registry) replan(t int64, who caller, cand uint64, flush func()) (stepKind, error) {
-	flushed := false
-	for attempt := 0; attempt < r.cfg.CASRetries; attempt++ {
-		corrupt, err := r.read()
+func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (stepKind, error) {
+	if t := real + r.view.shift; flush != nil && r.view.id != 0 {
+		if step, _ := transition(&r.view, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.viewBad {
+			flush() // this worker's demand counts in the plan of a new window
+		}
+	}
+	var (
+		taken           stepKind
+		cur, next       plan
+		registeredNow   int
+		bcas            uint32
+		bcorrupt, reset bool
+	)
+	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
+		taken = stepStay
+		corrupt := r.readFrom(st)
+		cur = r.view
+		v, vcas, vcorrupt, err := r.readBudget()
 		if err != nil {
-			return stepStay, err
+			return nil, err
 		}
-		cur := r.view
+		bcas, bcorrupt = vcas, vcorrupt
 		if corrupt {
-			// Plan afresh at the clock's window, under an id above every id
-			// any entry or the budget holds (see scan).
-			cur = plan{id: r.view.id, roll: r.view.roll, window: windowIndex(t, r.cfg) - 2, n: 1}
-		}
-		step, k := transition(&cur, r.cfg, t, who)
-		if step != stepRoll && step != stepReplan {
-			return stepStay, nil
-		}
-		if step == stepRoll && !flushed && flush != nil {
-			flush() // this worker's demand counts in the plan
-			flushed = true
-			if _, err := r.read(); err != nil {
-				return stepStay, err
+			// Plan afresh under an id above every id any entry or the budget
+			// holds (see scan), at the clock's window, or at the budget's if
+			// that is later: windows never go back, even past a lost plan.
+			cur = plan{id: r.view.id, roll: r.view.roll, shift: r.view.shift, n: 1}
+			k := windowIndex(real+cur.shift, r.cfg)
+			if !bcorrupt && v.end > windowEnd(k, r.cfg) {
+				k = windowIndex(v.end-1, r.cfg)
 			}
-			if r.viewCAS != 0 && !corrupt && r.view.id != cur.id {
-				continue // someone planned meanwhile
-			}
+			cur.window = k - 2
 		}
-		next := plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan,
-			cycle: int64(r.cfg.Cycle), offset: int64(r.cfg.WindowOffset)}
-		if step == stepReplan {
+		t := real + cur.shift
+		step, k := transition(&cur, r.cfg, t, r.behind(t), who)
+		if step != stepRoll && step != stepReplan && step != stepJump {
+			return nil, nil
+		}
+		next = plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan,
+			cycle: int64(r.cfg.Cycle), offset: int64(r.cfg.WindowOffset), shift: cur.shift}
+		switch step {
+		case stepReplan:
 			next.cycle, next.offset = cur.cycle, cur.offset // the running window keeps its bounds
+		case stepJump:
+			next.shift = jumpShift(&cur, r.cfg, t)
+			next.at = real + next.shift
+			next.window = windowIndex(next.at, r.cfg)
 		}
-		if step == stepRoll {
+		if step != stepReplan {
 			next.roll = next.id
 		}
 		if step == stepReplan || cur.id == 0 {
@@ -433,80 +448,112 @@ func (r *registry) replan(t int64, who caller, cand uint64, flush func()) (stepK
 			// window before, and asks again in this one if it is genuine.)
 			next.promoted = cand
 		}
-		freshRoll := step == stepRoll && !corrupt
-		capacity, left, bcas, bcorrupt, err := r.budgetLeft(&next, freshRoll)
-		if err != nil {
-			return stepStay, err
+		if !bcorrupt && v.roll > cur.id && !corrupt {
+			// A budget can only name a plan that was published before it was
+			// written: one naming a later plan than the newest is corrupt
+			// (if a plan was published since our read, our CAS fails).
+			r.obs.ValueReset(r.budgetKey, errCorrupt)
+			bcorrupt = true
 		}
+		reset = step != stepReplan && !corrupt // a fresh window: an unreadable budget is reset empty
+		capacity, left := r.budgetLeft(&next, v, bcorrupt, reset)
+		r.budgetRoll = v.roll
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
 			top, err := r.scan(&cur, &next, false)
 			if err != nil {
-				return stepStay, err
+				return nil, err
 			}
 			next.id = max(top, cur.id, r.budgetRoll) + planResetJump
 			next.roll = next.id
 		}
 		if _, err := r.scan(&cur, &next, !corrupt); err != nil {
-			return stepStay, err
+			return nil, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
+		registeredNow, taken = r.registeredNow, step
 		r.buf = appendPlan(r.buf, &next)
-		if retry, werr := r.write(r.planKey, r.viewCAS, "set plan"); retry {
-			continue
-		} else if werr != nil {
-			return stepStay, werr
-		}
-		registeredNow := r.registeredNow
-		r.adopt(next, 0)
-		r.resetCorrupt(bcas, bcorrupt, freshRoll)
-		r.obs.Rollover(RolloverEvent{
-			Cycle:      next.id,
-			Window:     next.window,
-			Early:      next.replan,
-			Replan:     next.replan,
-			Clients:    int(next.n),
-			Registered: registeredNow,
-			Forgotten:  max(0, int(cur.n)+registeredNow-int(next.n)),
-		})
-		return step, nil
+		return r.buf, nil
+	})
+	if err != nil || taken == stepStay {
+		return stepStay, err
 	}
-	r.obs.StoreFailure("plan", ErrRetriesExhausted)
-	return stepStay, ErrRetriesExhausted
+	r.adopt(next, 0)
+	r.resetCorrupt(bcas, bcorrupt, reset)
+	if taken == stepJump {
+		r.obs.ClockJump(time.Duration(next.shift - cur.shift))
+	}
+	r.obs.Rollover(RolloverEvent{
+		Cycle:      next.id,
+		Window:     next.window,
+		Early:      next.replan,
+		Replan:     next.replan,
+		Clients:    int(next.n),
+		Registered: registeredNow,
+		Forgotten:  max(0, int(cur.n)+registeredNow-int(next.n)),
+	})
+	return taken, nil
 }
 
-// budgetLeft is the capacity the next plan splits and what is left of the
-// window's budget. A plan for another window than the budget's starts from
-// the whole capacity; a plan for the budget's window (a re-plan, or a plan
-// reset) splits the capacity in force for it (the smallest any config set)
-// and has only what the budget has not granted. An unreadable budget may
-// hide grants: it leaves nothing, except to a roll into a new window.
-func (r *registry) budgetLeft(next *plan, freshRoll bool) (capacity, left int64, cas uint32, corrupt bool, err error) {
-	capacity = r.cfg.Capacity
-	r.budgetRoll = 0
+// behind is how long this worker's clock (t, shifted) has read before the
+// view's window while the window did not move; 0 when it does not read
+// before it. A late read that catches up, or a new window, starts it anew.
+func (r *registry) behind(t int64) int64 {
+	start, _ := planWindow(&r.view, r.cfg)
+	switch {
+	case r.view.id == 0 || t >= start:
+		r.behindOn = false
+		return 0
+	case !r.behindOn || r.behindRoll != r.view.roll || t < r.behindSince:
+		// (A reading further back, a clock that stepped back again, starts
+		// the wait anew: the time behind is measured on one clock.)
+		r.behindOn, r.behindRoll, r.behindSince = true, r.view.roll, t
+		return 0
+	}
+	return t - r.behindSince
+}
+
+// readBudget reads the window budget. A missing one reads as the zero
+// budget (which ends before every window); corrupt reports an unreadable
+// one, with its CAS for resetCorrupt.
+func (r *registry) readBudget() (v budget, cas uint32, corrupt bool, err error) {
 	raw, cas, err := r.store.Get(r.budgetKey)
 	if errors.Is(err, ErrNotFound) {
-		return capacity, capacity, 0, false, nil
+		return budget{end: math.MinInt64}, 0, false, nil
 	}
 	if err != nil {
 		r.obs.StoreFailure("get budget", err)
-		return 0, 0, 0, false, err
+		return budget{}, 0, false, err
 	}
-	v, derr := decodeBudget(raw)
-	if derr != nil {
-		r.obs.ValueReset(r.budgetKey, derr)
-		if freshRoll {
-			return capacity, capacity, cas, true, nil
-		}
-		return capacity, 0, cas, true, nil
+	if v, err = decodeBudget(raw); err != nil {
+		r.obs.ValueReset(r.budgetKey, err)
+		return budget{end: math.MinInt64}, cas, true, nil
 	}
-	r.budgetRoll = v.roll
-	if v.window == next.window && !freshRoll {
+	return v, cas, false, nil
+}
+
+// budgetLeft is the capacity the next plan splits and what is left of the
+// window's budget v. A plan for a window the budget's does not overlap
+// starts from the whole capacity. A plan for a window it overlaps (a
+// re-plan, a plan reset, or a new alignment after the cycle or offset
+// changed) splits the capacity in force (the smallest any config set) and
+// has only what the budget has not granted: what the overlapping window
+// granted is counted in this one. An unreadable budget may hide grants: it
+// leaves nothing, except to a roll into a new window.
+func (r *registry) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capacity, left int64) {
+	capacity = r.cfg.Capacity
+	start, _ := planWindow(next, r.cfg)
+	switch {
+	case corrupt && freshRoll:
+		return capacity, capacity
+	case corrupt:
+		return capacity, 0
+	case v.end > start:
 		capacity = min(capacity, v.capacity)
-		return capacity, max(0, capacity-v.granted), cas, false, nil
+		return capacity, max(0, capacity-v.granted)
 	}
-	return capacity, capacity, cas, false, nil
+	return capacity, capacity
 }
 
 // scan reads every bucket and records the clients counted in next. It
@@ -571,7 +618,8 @@ func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool)
 	}
 	r.corrupt = r.corrupt[:0]
 	if budgetCorrupt {
-		v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity}
+		_, end := planWindow(&r.view, r.cfg)
+		v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity, end: end}
 		if !freshRoll {
 			v.granted = v.capacity // the lost value may have held grants of this window
 		}
@@ -580,20 +628,4 @@ func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool)
 			r.obs.StoreFailure("reset budget", err)
 		}
 	}
-}
-
-// write stores r.buf at key under cas: the one compare-and-swap of every
-// shared value. A lost race is counted and reported as retry (the caller
-// reads again); any other failure is counted and returned.
-func (r *registry) write(key string, cas uint32, op string) (retry bool, err error) {
-	err = r.store.Set(key, r.buf, cas)
-	switch {
-	case errors.Is(err, ErrCASMismatch):
-		r.obs.CASRetry()
-		return true, nil
-	case err != nil:
-		r.obs.StoreFailure(op, err)
-		return false, err
-	}
-	return false, nil
 }

@@ -24,35 +24,39 @@ func TestTransition(t *testing.T) {
 		name   string
 		p      plan
 		at     int64
+		behind int64
 		who    caller
 		want   stepKind
 		window int64
 	}{
-		{"no plan, nobody", plan{}, ws, callerCounted, stepStay, 0},
-		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, callerNew, stepRoll, k},
-		{"empty plan is never rolled", empty, ws + 50*sec, callerCounted, stepStay, k},
-		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, callerNew, stepRoll, k + 5},
-		{"inside the window", running, ws + 9*sec, callerCounted, stepStay, k},
-		{"last nanosecond of the window", running, ws + 10*sec - 1, callerCounted, stepStay, k},
-		{"the deadline rolls", running, ws + 10*sec, callerCounted, stepRoll, k + 1},
-		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, callerCounted, stepRoll, k + 3},
-		{"a small step back stays in the plan's window", running, ws - 5*sec, callerCounted, stepStay, k},
-		{"a step back past a window plans the clock's window", running, ws - 15*sec, callerCounted, stepRoll, k - 2},
-		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), callerNew, stepPending, k},
-		{"newcomer after MinCycle re-plans", running, ws + 3*sec, callerNew, stepReplan, k},
-		{"newcomer at the deadline rolls", running, ws + 10*sec, callerNew, stepRoll, k + 1},
-		{"newcomer finds the table full", full, ws + 3*sec, callerNew, stepTableFull, k},
-		{"proven newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, callerCounted, stepReplan, k},
-		{"proven newcomers hold within MinCycle", withPending, ws + 2*sec + 1, callerCounted, stepStay, k},
-		{"a waiting newcomer's own request re-plans after MinCycle", withPending, ws + 3*sec, callerWaiting, stepReplan, k},
-		{"a waiting newcomer's own request within MinCycle waits", withPending, ws + 2*sec + 1, callerWaiting, stepPending, k},
-		{"a waiting newcomer already holds its room in a full table", full, ws + 3*sec, callerWaiting, stepReplan, k},
-		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, callerNew, stepReplan, k},
-		{"the clock went back past the plan: re-plan allowed", running, ws + sec, callerNew, stepReplan, k},
+		{"no plan, nobody", plan{}, ws, 0, callerCounted, stepStay, 0},
+		{"no plan, a newcomer starts the clock's window", plan{}, ws + 3*sec, 0, callerNew, stepRoll, k},
+		{"empty plan is never rolled", empty, ws + 50*sec, 0, callerCounted, stepStay, k},
+		{"empty plan, a newcomer plans the clock's window", empty, ws + 50*sec, 0, callerNew, stepRoll, k + 5},
+		{"inside the window", running, ws + 9*sec, 0, callerCounted, stepStay, k},
+		{"last nanosecond of the window", running, ws + 10*sec - 1, 0, callerCounted, stepStay, k},
+		{"the deadline rolls", running, ws + 10*sec, 0, callerCounted, stepRoll, k + 1},
+		{"long after the deadline rolls to the clock's window", running, ws + 35*sec, 0, callerCounted, stepRoll, k + 3},
+		{"a small step back stays in the plan's window", running, ws - 5*sec, 0, callerCounted, stepStay, k},
+		{"a step back past a window stays in the plan's window", running, ws - 15*sec, 0, callerCounted, stepStay, k},
+		{"behind the window for less than Cycle+MinCycle stays", running, ws - 15*sec, 11*sec - 1, callerCounted, stepStay, k},
+		{"behind the window that did not move for Cycle+MinCycle jumps", running, ws - 15*sec, 11 * sec, callerCounted, stepJump, k},
+		{"a late read inside the window is not behind", running, ws + sec, 11 * sec, callerCounted, stepStay, k},
+		{"newcomer within MinCycle waits", running, ws + 2500*int64(time.Millisecond), 0, callerNew, stepPending, k},
+		{"newcomer after MinCycle re-plans", running, ws + 3*sec, 0, callerNew, stepReplan, k},
+		{"newcomer at the deadline rolls", running, ws + 10*sec, 0, callerNew, stepRoll, k + 1},
+		{"newcomer finds the table full", full, ws + 3*sec, 0, callerNew, stepTableFull, k},
+		{"proven newcomers re-plan on a tick after MinCycle", withPending, ws + 3*sec, 0, callerCounted, stepReplan, k},
+		{"proven newcomers hold within MinCycle", withPending, ws + 2*sec + 1, 0, callerCounted, stepStay, k},
+		{"a waiting newcomer's own request re-plans after MinCycle", withPending, ws + 3*sec, 0, callerWaiting, stepReplan, k},
+		{"a waiting newcomer's own request within MinCycle waits", withPending, ws + 2*sec + 1, 0, callerWaiting, stepPending, k},
+		{"a waiting newcomer already holds its room in a full table", full, ws + 3*sec, 0, callerWaiting, stepReplan, k},
+		{"nobody counted: the first newcomer never waits", plan{id: 1, roll: 1, window: k, at: ws + 9*sec, pending: 1}, ws + 9*sec, 0, callerNew, stepReplan, k},
+		{"a reading before the plan's time waits for MinCycle like any other", running, ws + sec, 0, callerNew, stepPending, k},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			step, w := transition(&tt.p, &cfg, tt.at, tt.who)
+			step, w := transition(&tt.p, &cfg, tt.at, tt.behind, tt.who)
 			if step != tt.want || w != tt.window {
 				t.Fatalf("transition = %s, window %d; want %s, window %d", step, w-k, tt.want, tt.window-k)
 			}
@@ -61,12 +65,14 @@ func TestTransition(t *testing.T) {
 }
 
 // FuzzTransition: any plan, time and caller give a step without panicking,
-// and the step's window is the clock's for a roll and the plan's otherwise;
-// only a newcomer is ever told to wait or that the table is full.
+// and the step's window is the clock's for a roll, and later than the
+// plan's, and the plan's otherwise; only a newcomer is ever told to wait or
+// that the table is full.
 func FuzzTransition(f *testing.F) {
-	f.Add(uint64(5), int64(100), int64(1000), uint32(2), uint32(1), int64(1005), true)
-	f.Add(uint64(0), int64(0), int64(0), uint32(0), uint32(0), int64(-1), false)
-	f.Fuzz(func(t *testing.T, id uint64, window, at int64, n, pending uint32, nowSec int64, newcomer bool) {
+	f.Add(uint64(5), int64(100), int64(1000), uint32(2), uint32(1), int64(1005), true, int64(0))
+	f.Add(uint64(0), int64(0), int64(0), uint32(0), uint32(0), int64(-1), false, int64(0))
+	f.Add(uint64(5), int64(100), int64(1000), uint32(2), uint32(1), int64(500), false, int64(20_000))
+	f.Fuzz(func(t *testing.T, id uint64, window, at int64, n, pending uint32, nowSec int64, newcomer bool, behindMs int64) {
 		cfg := testConfig()
 		p := plan{id: id, roll: id, window: window % maxWindow, at: at, n: n % 10, pending: pending % 10}
 		now := (nowSec % (1 << 40)) * int64(time.Millisecond)
@@ -74,11 +80,19 @@ func FuzzTransition(f *testing.F) {
 		if !newcomer {
 			who = callerCounted
 		}
-		step, w := transition(&p, &cfg, now, who)
+		behind := max(0, behindMs%(1<<40)) * int64(time.Millisecond)
+		step, w := transition(&p, &cfg, now, behind, who)
 		switch step {
 		case stepRoll:
 			if w != windowIndex(now, &cfg) {
 				t.Fatalf("roll to window %d, clock's is %d", w, windowIndex(now, &cfg))
+			}
+			if p.id != 0 && w <= p.window {
+				t.Fatalf("roll from window %d back to %d", p.window, w)
+			}
+		case stepJump:
+			if start, _ := planWindow(&p, &cfg); now >= start || behind < int64(cfg.Cycle+cfg.MinCycle) {
+				t.Fatalf("jump at %d (window from %d) after %d behind", now, start, behind)
 			}
 		case stepPending, stepTableFull:
 			if who == callerCounted || (step == stepTableFull && who != callerNew) {

@@ -178,7 +178,7 @@ func ParseConfig(data []byte) (Config, error) {
 // inherited (p.label says which name an error gives the field).
 func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	capacity := p.integer("capacity", raw.Capacity, 0, 1, engine.MaxCapacity, true)
-	cycle := p.duration("cycle", raw.Cycle, 0, 0, engine.MaxCycle, true)
+	cycle := p.duration("cycle", raw.Cycle, 0, engine.MinCycleLength, engine.MaxCycle, true)
 	if p.err != nil {
 		return Config{}, p.err
 	}
@@ -446,8 +446,12 @@ func (p *fieldParser) duration(field string, raw json.RawMessage, def, lo, hi ti
 	if !ok {
 		return def
 	}
-	if d <= lo || d > hi {
-		p.fail(field, "must be in ("+lo.String()+", "+hi.String()+"], got "+d.String())
+	switch {
+	case lo == 0 && (d <= 0 || d > hi):
+		p.fail(field, "must be in (0s, "+hi.String()+"], got "+d.String())
+		return def
+	case lo > 0 && (d < lo || d > hi):
+		p.fail(field, "must be in ["+lo.String()+", "+hi.String()+"], got "+d.String())
 		return def
 	}
 	return d

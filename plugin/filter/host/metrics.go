@@ -1,6 +1,9 @@
 package host
 
 import (
+	"errors"
+	"time"
+
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
@@ -24,6 +27,8 @@ type metrics struct {
 	rolloverEarly counter
 	rolloverDue   counter
 	casRetries    counter
+	casExhausted  counter
+	clockJumps    counter
 	storeFailures counter
 	panics        counter
 	all           []*counter // every counter above, for flush
@@ -60,6 +65,8 @@ func defineMetrics(name string) *metrics {
 	def(&m.rolloverDue, "rollovers.deadline")
 	def(&m.rolloverEarly, "rollovers.early")
 	def(&m.casRetries, "cas_retries")
+	def(&m.casExhausted, "cas_exhausted")
+	def(&m.clockJumps, "clock_jumps")
 	def(&m.storeFailures, "store_failures")
 	def(&m.panics, "panics")
 	for _, r := range reasons {
@@ -156,7 +163,15 @@ func (o *observer) CASRetry() { o.m.casRetries.pending++ }
 // can happen on every request, so only the 1st, 2nd, 4th, 8th... failure of
 // this worker is logged: the log shows the problem and how it grows without
 // a line per request. The counter has every one.
+//
+// CAS retries that ran out are contention, not a failure of the store: they
+// count in cas_exhausted (the request is refused as contended), and are not
+// logged.
 func (o *observer) StoreFailure(op string, err error) {
+	if errors.Is(err, engine.ErrRetriesExhausted) {
+		o.m.casExhausted.pending++
+		return
+	}
 	o.m.storeFailures.pending++
 	o.failures++
 	if o.failures&(o.failures-1) == 0 {
@@ -173,4 +188,13 @@ func (o *observer) ValueReset(key string, err error) {
 		proxywasm.LogWarnf("borrowcycle: unreadable shared value %q (repaired at the next rollover): %v (seen %d times on this worker)",
 			key, err, o.unreadable)
 	}
+}
+
+// ClockJump implements engine.Observer: this worker found the clock behind
+// a window that stopped moving and opened one after it. It happens once per
+// jump in the whole process (the worker that opens the window tells), so
+// it is logged every time.
+func (o *observer) ClockJump(shift time.Duration) {
+	o.m.clockJumps.pending++
+	proxywasm.LogWarnf("borrowcycle: the clock read behind the newest window for a cycle and more while it did not move (a clock that ran ahead came back, or stepped back): opened a new window, clocks shifted by %s", shift)
 }
