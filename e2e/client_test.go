@@ -140,6 +140,7 @@ var rejectBodies = map[string]string{
 	"pending":       "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	"table_full":    "borrowcycle: table_full: too many distinct clients",
 	"store_failure": "borrowcycle: store_failure: limiter state unavailable",
+	"contended":     "borrowcycle: contended: limiter state busy; retry after the retry-after delay",
 }
 
 func anonymousBody(header string) string {

@@ -49,7 +49,7 @@ func TestPassthroughAdmitsAndCounts(t *testing.T) {
 	if d := after[prefix+"requests_would_reject.over_limit"] - before[prefix+"requests_would_reject.over_limit"]; d != wantOver {
 		t.Errorf("requests_would_reject.over_limit moved by %d, want %d (per cycle %v)", d, wantOver, perCycle)
 	}
-	for _, reason := range []string{"over_limit", "anonymous", "table_full", "pending", "store_failure"} {
+	for _, reason := range []string{"over_limit", "anonymous", "table_full", "pending", "store_failure", "contended"} {
 		name := prefix + "requests_rejected." + reason
 		if d := after[name] - before[name]; d != 0 {
 			t.Errorf("%s moved by %d in passthrough mode, want 0", name, d)

@@ -123,9 +123,11 @@ func checkPrometheus(t *testing.T, tg *target, stats map[string]int64) {
 		{"borrowcycle_clients_active", nameLabel, "clients_active", "gauge"},
 		{"borrowcycle_cas_retries", nameLabel, "cas_retries", "counter"},
 		{"borrowcycle_store_failures", nameLabel, "store_failures", "counter"},
+		{"borrowcycle_cas_exhausted", nameLabel, "cas_exhausted", "counter"},
+		{"borrowcycle_clock_jumps", nameLabel, "clock_jumps", "counter"},
 		{"borrowcycle_panics", nameLabel, "panics", "counter"},
 	}
-	for _, reason := range []string{"over_limit", "anonymous", "table_full", "pending", "store_failure"} {
+	for _, reason := range []string{"over_limit", "anonymous", "table_full", "pending", "store_failure", "contended"} {
 		l := fmt.Sprintf("%s,reason=%q", nameLabel, reason)
 		want = append(want,
 			series{"borrowcycle_requests_rejected", l, "requests_rejected." + reason, "counter"},

@@ -28,6 +28,7 @@ var rejectionBodies = map[engine.Reason]string{
 	engine.ReasonPending:      "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	engine.ReasonTableFull:    "borrowcycle: table_full: too many distinct clients",
 	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",
+	engine.ReasonContended:    "borrowcycle: contended: limiter state busy; retry after the retry-after delay",
 }
 
 // Reply is a local reply: what the host sends instead of forwarding the
