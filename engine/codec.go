@@ -19,7 +19,7 @@ const (
 	budgetVersion = 2
 	bucketVersion = 3
 
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + sealLen
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + sealLen
 	budgetLen   = 1 + 8*5 + sealLen
 	bucketHead  = 1 + 1 + 1
 	entryLen    = 8 * 11
@@ -102,6 +102,10 @@ type plan struct {
 	// jump the store's windows run ahead of the clock, and a shift moves
 	// the clock onto a window that was never opened (see transition).
 	shift int64
+	// born is when the newest config that planned this limit first read
+	// the clock (Unix ns): during a reconfiguration every config follows
+	// the newest one's windows and client table (see registry.replan).
+	born int64
 }
 
 func appendPlan(dst []byte, p *plan) []byte {
@@ -131,6 +135,7 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, uint64(p.offset))
 	dst = le.AppendUint64(dst, p.promoted)
 	dst = le.AppendUint64(dst, uint64(p.shift))
+	dst = le.AppendUint64(dst, uint64(p.born))
 	return seal(dst)
 }
 
@@ -166,6 +171,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.offset = int64(le.Uint64(b[off+24:]))
 	q.promoted = le.Uint64(b[off+32:])
 	q.shift = int64(le.Uint64(b[off+40:]))
+	q.born = int64(le.Uint64(b[off+48:]))
 	switch {
 	case b[69]&^1 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])

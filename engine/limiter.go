@@ -79,6 +79,7 @@ type Limiter struct {
 	// failOpen counts the units this worker admitted on store errors in
 	// one window (see failure).
 	failOpen struct{ window, used int64 }
+	latest   int64 // the latest clock reading (see read)
 }
 
 // New returns a worker for cfg over store.
@@ -115,7 +116,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 		return l.reject(ReasonAnonymous, 0, 0)
 	}
 	cost = max(cost, 1)
-	real := now.UnixNano()
+	real := l.read(now)
 	if err := l.current(real); err != nil {
 		return l.failure(real+l.reg.view.shift, cost, err)
 	}
@@ -134,7 +135,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // not use since the previous tick, notices plans other workers published,
 // and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
-	real := now.UnixNano()
+	real := l.read(now)
 	if err := l.refresh(real); err != nil {
 		return
 	}
@@ -187,7 +188,7 @@ func (l *Limiter) markDirty(cs *clientState) {
 // allowed (always for the first clients) and wait for the next plan
 // otherwise.
 func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
-	real := now.UnixNano()
+	real := l.read(now)
 	if err := l.refresh(real); err != nil {
 		return err
 	}
@@ -278,13 +279,21 @@ func (l *Limiter) ActiveClients() int { return int(l.reg.view.n) }
 // refresh reads the plan; an unreadable one is replaced at once by a plan
 // for the clock's window (see registry.replan). real is the clock's reading
 // (unshifted).
+//
+// The plan it reads may be a window the clock has already left (nobody has
+// rolled yet): it then plans the clock's window before anyone decides under
+// the plan read, as current does.
 func (l *Limiter) refresh(real int64) error {
 	corrupt, err := l.reg.read()
-	if err != nil || !corrupt {
+	if err != nil {
 		return err
 	}
-	_, err = l.reg.replan(real, callerCounted, 0, l.flush)
-	return err
+	if corrupt {
+		if _, err := l.reg.replan(real, callerCounted, 0, l.flush); err != nil {
+			return err
+		}
+	}
+	return l.current(real)
 }
 
 // current makes sure the view is the plan for the clock reading real,
@@ -299,6 +308,29 @@ func (l *Limiter) current(real int64) error {
 	_, err := l.reg.replan(real, callerCounted, 0, l.flush)
 	return err
 }
+
+// read turns a time the caller read into this worker's clock reading. A
+// worker's readings never go back by less than a step: a reading taken
+// before a pause and used after it (a GC pause, a slow host call) is read
+// as the latest reading, so the worker never decides in a window it has
+// already left. A reading further back than maxLag is a clock step, and is
+// taken as it is (transition counts it in the newest window, and jumps if
+// it stays behind).
+func (l *Limiter) read(now time.Time) int64 {
+	t := now.UnixNano()
+	if l.reg.born == 0 {
+		l.reg.born = t
+	}
+	if t < l.latest && l.latest-t <= maxLag(&l.cfg) {
+		return l.latest
+	}
+	l.latest = t
+	return t
+}
+
+// maxLag is how far back a reading may lag behind the worker's latest and
+// still be read as a late one rather than a clock step.
+func maxLag(cfg *Config) int64 { return int64(max(cfg.Cycle, time.Second)) }
 
 // unshifted is the clock reading behind the shifted time t.
 func (l *Limiter) unshifted(t int64) int64 { return t - l.reg.view.shift }

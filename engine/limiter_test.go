@@ -547,7 +547,7 @@ func TestContractWorkedExample(t *testing.T) {
 		}
 	}
 	for i, n := range []int{2, 9, 5, 4} { // 20 of the 40 used by 4 s
-		if admitted, _ := send(l, w2.Add(time.Second), clients[i], n); admitted != n {
+		if admitted, _ := send(l, w2.Add(100*time.Millisecond), clients[i], n); admitted != n {
 			t.Fatalf("%s admitted %d of %d within its share", clients[i], admitted, n)
 		}
 	}

@@ -22,8 +22,10 @@ type registry struct {
 	budgetKey string
 	paceKey   string // with pacing (pacing.go)
 	prefix    string
-	nb        int // buckets: a power of two, about MaxClients/16
+	nb        int // buckets of the table in use (the plan's): a power of two
+	own       int // buckets of this config's table, about MaxClients/16
 	keys      []string
+	born      int64 // this worker's first clock reading (see plan.born)
 
 	view    plan   // the plan as last read (id 0: none yet)
 	viewCAS uint32 // CAS of view as read; 0 when unknown (then re-read before writing)
@@ -99,13 +101,31 @@ func newRegistry(cfg *Config, store Store, obs Observer) *registry {
 		planKey:   cfg.KeyPrefix + "/p",
 		budgetKey: cfg.KeyPrefix + "/w",
 		paceKey:   cfg.KeyPrefix + "/pace",
-		prefix:    cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/",
+		prefix:    tablePrefix(cfg, nb),
 		nb:        nb,
+		own:       nb,
 		keys:      make([]string, nb),
 		clients:   make(map[uint64]*clientState),
 		waiting:   make(map[uint64]waitMark),
 		refused:   make(map[uint64]uint64),
 	}
+}
+
+// tablePrefix names the bucket keys of a table of nb buckets: tables of
+// different sizes never share a key.
+func tablePrefix(cfg *Config, nb int) string { return cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/" }
+
+// useTable makes the table of nb buckets the one this worker reads and
+// writes. Bucket indices of another table mean nothing in it: what the
+// worker held by bucket is dropped (it finds its clients again).
+func (r *registry) useTable(nb int) {
+	if nb == r.nb || nb <= 0 {
+		return
+	}
+	r.nb, r.prefix, r.keys = nb, tablePrefix(r.cfg, nb), make([]string, nb)
+	r.marks = nil
+	r.forgetRead()
+	clear(r.clients)
 }
 
 func (r *registry) key(b int) string {
@@ -174,6 +194,7 @@ func (r *registry) adopt(p plan, cas uint32) {
 		}
 	}
 	r.view, r.viewCAS, r.viewBad = p, cas, false
+	r.useTable(int(p.buckets))
 }
 
 // find looks a client up: its bucket and entry, if it has one.
@@ -430,15 +451,26 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 		if step != stepRoll && step != stepReplan && step != stepJump {
 			return nil, nil
 		}
-		next = plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(r.nb), replan: step == stepReplan,
-			cycle: int64(r.cfg.Cycle), offset: int64(r.cfg.WindowOffset), shift: cur.shift}
+		// The newest config's windows and table are in force: a config
+		// older than the one that made the plan keeps to them (newest).
+		acfg, nb, born := r.cfg, r.own, r.born
+		if newer := r.newest(&cur); newer != nil {
+			acfg, nb, born = newer, int(cur.buckets), cur.born
+			k = windowIndex(t, acfg)
+		}
+		next = plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(nb), replan: step == stepReplan,
+			cycle: int64(acfg.Cycle), offset: int64(acfg.WindowOffset), shift: cur.shift, born: born}
 		switch step {
 		case stepReplan:
-			next.cycle, next.offset = cur.cycle, cur.offset // the running window keeps its bounds
+			// The running window keeps its bounds and its table.
+			next.cycle, next.offset, next.buckets, next.born = cur.cycle, cur.offset, cur.buckets, cur.born
 		case stepJump:
-			next.shift = jumpShift(&cur, r.cfg, t)
+			next.shift = jumpShift(&cur, acfg, t)
 			next.at = real + next.shift
-			next.window = windowIndex(next.at, r.cfg)
+			next.window = windowIndex(next.at, acfg)
+		}
+		if err := r.moveTable(&cur, int(next.buckets), corrupt); err != nil {
+			return nil, err
 		}
 		if step != stepReplan {
 			next.roll = next.id
@@ -494,6 +526,63 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 		Forgotten:  max(0, int(cur.n)+registeredNow-int(next.n)),
 	})
 	return taken, nil
+}
+
+// newest is the alignment (cycle and offset) of the plan cur when it was
+// made by a newer config than this worker's, with a different alignment or
+// table; nil when this worker's own config is the newest, or agrees.
+func (r *registry) newest(cur *plan) *Config {
+	if cur.id == 0 || cur.born <= r.born || cur.cycle <= 0 || cur.buckets == 0 {
+		return nil
+	}
+	if cur.cycle == int64(r.cfg.Cycle) && cur.offset == int64(r.cfg.WindowOffset) && int(cur.buckets) == r.own {
+		return nil
+	}
+	c := *r.cfg
+	c.Cycle, c.WindowOffset = time.Duration(cur.cycle), time.Duration(cur.offset)
+	return &c
+}
+
+// moveTable makes the table of nb buckets the one in use for the next
+// plan. When it is not cur's (a config with another max_clients made the
+// plan), the clients cur's table holds are copied into it first, up to
+// this config's max_clients, so that nobody becomes a newcomer because the
+// table changed. Entries written to
+// the old table after the copy are lost with it: counters of a window the
+// new plan does not count in, or a registration that is made again.
+func (r *registry) moveTable(cur *plan, nb int, corrupt bool) error {
+	from := int(cur.buckets)
+	if from == 0 || from == nb || corrupt {
+		r.useTable(nb)
+		return nil
+	}
+	r.useTable(from)
+	var keep []entry
+	for b := 0; b < r.nb; b++ {
+		raw, _, err := r.store.Get(r.key(b))
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			r.obs.StoreFailure("get bucket", err)
+			return err
+		}
+		if decodeBucket(raw, &r.bkt) != nil {
+			continue // unreadable: its clients come back as newcomers
+		}
+		for i := range r.bkt.entries {
+			if x := &r.bkt.entries[i]; !free(x, cur, r.cfg) && len(keep) < r.cfg.MaxClients {
+				keep = append(keep, *x) // (the new table holds at most its max_clients)
+			}
+		}
+	}
+	r.useTable(nb)
+	for _, e := range keep {
+		if err := r.put(e); err != nil && !errors.Is(err, errFull) {
+			return err
+		}
+	}
+	return nil
 }
 
 // behind is how long this worker's clock (t, shifted) has read before the
