@@ -28,10 +28,15 @@ const (
 	// bound. Nothing was granted, so the request is refused, whatever
 	// FailureModeDeny says; a retry shortly after may succeed.
 	ReasonContended
+	// ReasonAmbiguousID: the request named its client more than once (a
+	// client id header sent twice); it is refused rather than limited
+	// under a copy picked silently. The plugin decides it, before the
+	// engine.
+	ReasonAmbiguousID
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure", "contended"}
+var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure", "contended", "ambiguous_id"}
 
 func (r Reason) String() string {
 	if r < numReasons {
