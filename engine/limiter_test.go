@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"testing"
 	"time"
 )
@@ -85,7 +86,7 @@ func TestLimiterRejectionsCarryHeaders(t *testing.T) {
 }
 
 func TestAnonymousIsRejectedWithoutState(t *testing.T) {
-	store := NewMemStore()
+	store := enginetest.NewKeyCounter(NewMemStore())
 	l := newLimiter(t, testConfig(), store)
 	d := l.AdmitAt(t0, "")
 	if d.Allowed || d.Reason != ReasonAnonymous {
@@ -314,7 +315,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 func TestKeySetIsBounded(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxClients = 50
-	store := NewMemStore()
+	store := enginetest.NewKeyCounter(NewMemStore())
 	l := newLimiter(t, cfg, store)
 	for i := 0; i < 2000; i++ {
 		at := t0.Add(time.Duration(i) * 50 * time.Millisecond)
@@ -362,7 +363,7 @@ func TestFirstClientNeverWaits(t *testing.T) {
 // whose table is smaller than the header it reads must neither panic nor
 // exceed its own bound; the new config takes over at its first request.
 func TestReconfigurationToASmallerTable(t *testing.T) {
-	store := NewMemStore()
+	store := enginetest.NewKeyCounter(NewMemStore())
 	big := testConfig()
 	big.MaxClients = 20
 	old := newLimiter(t, big, store)
@@ -405,7 +406,7 @@ func TestReconfigurationToASmallerTable(t *testing.T) {
 // must not roll each other's cycles over: a client alternating between
 // them stays within one cycle's share.
 func TestOverlappingConfigsKeepTheCap(t *testing.T) {
-	store := NewMemStore()
+	store := enginetest.NewKeyCounter(NewMemStore())
 	a := testConfig()
 	b := testConfig()
 	b.Capacity = 41
@@ -429,7 +430,7 @@ func TestOverlappingConfigsKeepTheCap(t *testing.T) {
 // client over limit for the window, never fail open, and the next plan
 // resets its bucket: the client comes back as a newcomer.
 func TestFutureEntryIsRepairedNotFailedOpen(t *testing.T) {
-	store := NewMemStore()
+	store := enginetest.NewKeyCounter(NewMemStore())
 	cfg := testConfig()
 	l := newLimiter(t, cfg, store)
 	if err := l.RegisterAt(t0, "X"); err != nil {
@@ -474,7 +475,7 @@ func TestSilentClientsAgeUnderChurn(t *testing.T) {
 // unreadable and replaced by a plan whose id is above every id in use,
 // rather than locking clients out.
 func TestImpossiblePlanIsReset(t *testing.T) {
-	store := NewMemStore()
+	store := enginetest.NewKeyCounter(NewMemStore())
 	cfg := testConfig()
 	bogus := appendPlan(nil, &plan{id: 7, roll: 7, window: windowIndex(t0.UnixNano(), &cfg), capacity: 0, buckets: 128, n: 1, scale: 1})
 	if err := store.Set(cfg.KeyPrefix+"/p", bogus, 0); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -25,8 +26,8 @@ type scenario struct {
 	cfg      Config
 	workers  int
 	store    Store
-	faults   *Faults  // each worker sees the store through its own FaultyStore
-	register []string // known at t0 (RegisterAt)
+	faults   *enginetest.Faults // each worker sees the store through its own FaultyStore
+	register []string           // known at t0 (RegisterAt)
 	reqs     []request
 }
 
@@ -49,7 +50,7 @@ func (sc *scenario) run(t *testing.T) scenarioResult {
 		f := *sc.faults
 		seed++
 		f.Seed = seed
-		return NewFaultyStore(sc.store, f)
+		return enginetest.NewFaultyStore(sc.store, f)
 	})
 	if len(sc.register) > 0 {
 		if err := ws[0].RegisterAt(t0, sc.register...); err != nil {
@@ -90,8 +91,8 @@ func steady(reqs []request, client string, from time.Time, span time.Duration, n
 func TestNewcomerStreamKeepsEveryWindowWithinCapacity(t *testing.T) {
 	for _, tc := range []struct {
 		w      int
-		faults *Faults
-	}{{1, nil}, {2, nil}, {4, nil}, {8, nil}, {4, &Faults{Mismatch: 0.05, Error: 0.01, Corrupt: 0.002}}} {
+		faults *enginetest.Faults
+	}{{1, nil}, {2, nil}, {4, nil}, {8, nil}, {4, &enginetest.Faults{Mismatch: 0.05, Error: 0.01, Corrupt: 0.002}}} {
 		w := tc.w
 		t.Run(fmt.Sprintf("W=%d/faults=%t", w, tc.faults != nil), func(t *testing.T) {
 			cfg := Defaults(300, time.Second)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -231,7 +232,7 @@ func TestWorkersKeepTheCapUnderFaults(t *testing.T) {
 			seed := uint64(0)
 			workers := newWorkers(t, w, cfg, func() Store {
 				seed++
-				return NewFaultyStore(shared, Faults{Mismatch: 0.05, Error: 0.01, Corrupt: 0.002, Seed: seed})
+				return enginetest.NewFaultyStore(shared, enginetest.Faults{Mismatch: 0.05, Error: 0.01, Corrupt: 0.002, Seed: seed})
 			})
 			rng := rand.New(rand.NewPCG(uint64(w), 11))
 			var outs []outcome

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"reflect"
 	"strconv"
 	"testing"
@@ -12,13 +13,13 @@ import (
 // These tests run the filter with no host at all: the rules of
 // docs/contract.md, from a client header to the plan the host carries out.
 
-func mustFilter(t testing.TB, config string) (*Filter, *engine.ManualClock) {
+func mustFilter(t testing.TB, config string) (*Filter, *enginetest.ManualClock) {
 	t.Helper()
 	set, err := ParseSettings([]byte(config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := engine.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := enginetest.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	f, err := New(set, engine.NewMemStore(), clock, nil)
 	if err != nil {
 		t.Fatal(err)

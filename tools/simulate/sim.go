@@ -3,6 +3,7 @@ package main
 import (
 	"container/heap"
 	"fmt"
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -252,7 +253,7 @@ type runner struct {
 	sc      *Scenario
 	cycle   time.Duration
 	lims    []*engine.Limiter
-	clock   *engine.ManualClock
+	clock   *enginetest.ManualClock
 	members []member
 	byHash  map[uint64]int
 	res     *Result
@@ -268,7 +269,7 @@ type runner struct {
 func newRunner(sc *Scenario, policy engine.Policy, inflate string, factor float64) (*runner, error) {
 	cfg := EngineConfig(sc, policy)
 	store := engine.NewMemStore()
-	clock := engine.NewManualClock(epoch)
+	clock := enginetest.NewManualClock(epoch)
 	r := &runner{
 		sc:     sc,
 		cycle:  time.Duration(sc.Cycle),
