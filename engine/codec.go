@@ -19,7 +19,7 @@ const (
 	budgetVersion = 2
 	bucketVersion = 3
 
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + sealLen
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8*3 + sealLen
 	budgetLen   = 1 + 8*5 + sealLen
 	bucketHead  = 1 + 1 + 1
 	entryLen    = 8 * 11
@@ -102,10 +102,14 @@ type plan struct {
 	// jump the store's windows run ahead of the clock, and a shift moves
 	// the clock onto a window that was never opened (see transition).
 	shift int64
-	// born is when the newest config that planned this limit first read
-	// the clock (Unix ns): during a reconfiguration every config follows
-	// the newest one's windows and client table (see registry.replan).
-	born int64
+	// born is when the newest config that served this limit first read
+	// the clock (Unix ns), and newCycle, newOffset and newBuckets are that
+	// config's windows and client table: during a reconfiguration every
+	// config opens new windows the newest one's way (see registry.replan).
+	born       int64
+	newCycle   int64
+	newOffset  int64
+	newBuckets int64
 }
 
 func appendPlan(dst []byte, p *plan) []byte {
@@ -136,6 +140,9 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, p.promoted)
 	dst = le.AppendUint64(dst, uint64(p.shift))
 	dst = le.AppendUint64(dst, uint64(p.born))
+	dst = le.AppendUint64(dst, uint64(p.newCycle))
+	dst = le.AppendUint64(dst, uint64(p.newOffset))
+	dst = le.AppendUint64(dst, uint64(p.newBuckets))
 	return seal(dst)
 }
 
@@ -172,6 +179,9 @@ func decodePlan(b []byte, p *plan) error {
 	q.promoted = le.Uint64(b[off+32:])
 	q.shift = int64(le.Uint64(b[off+40:]))
 	q.born = int64(le.Uint64(b[off+48:]))
+	q.newCycle = int64(le.Uint64(b[off+56:]))
+	q.newOffset = int64(le.Uint64(b[off+64:]))
+	q.newBuckets = int64(le.Uint64(b[off+72:]))
 	switch {
 	case b[69]&^1 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
@@ -191,6 +201,9 @@ func decodePlan(b []byte, p *plan) error {
 		return fmt.Errorf("%w: plan window %d", errCorrupt, q.window)
 	case q.shift < 0 || q.shift > maxShift:
 		return fmt.Errorf("%w: plan shift %d", errCorrupt, q.shift)
+	case q.newCycle < 0 || q.newCycle > int64(MaxCycle) || q.newOffset < 0 || (q.newCycle > 0 && q.newOffset >= q.newCycle) ||
+		q.newBuckets < 0 || q.newBuckets > maxBuckets || q.newBuckets&(q.newBuckets-1) != 0:
+		return fmt.Errorf("%w: plan's newest config %d, %d, %d", errCorrupt, q.newCycle, q.newOffset, q.newBuckets)
 	}
 	for _, f := range q.params {
 		if !(f >= 0 && f <= 4*MaxCapacity*float64(2*MaxClientsCap)) {

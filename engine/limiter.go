@@ -300,6 +300,11 @@ func (l *Limiter) refresh(real int64) error {
 // planning a new window when the running one is over. It reads the store
 // only when the cached plan says a step is due.
 func (l *Limiter) current(real int64) error {
+	if l.reg.view.born < l.reg.born {
+		if err := l.reg.claim(); err != nil {
+			return err
+		}
+	}
 	t := real + l.reg.view.shift
 	step, _ := transition(&l.reg.view, &l.cfg, t, l.reg.behind(t), callerCounted)
 	if step == stepStay {

@@ -455,15 +455,16 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 		// older than the one that made the plan keeps to them (newest).
 		acfg, nb, born := r.cfg, r.own, r.born
 		if newer := r.newest(&cur); newer != nil {
-			acfg, nb, born = newer, int(cur.buckets), cur.born
+			acfg, nb, born = newer, int(cur.newBuckets), cur.born
 			k = windowIndex(t, acfg)
 		}
 		next = plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(nb), replan: step == stepReplan,
-			cycle: int64(acfg.Cycle), offset: int64(acfg.WindowOffset), shift: cur.shift, born: born}
+			cycle: int64(acfg.Cycle), offset: int64(acfg.WindowOffset), shift: cur.shift,
+			born: born, newCycle: int64(acfg.Cycle), newOffset: int64(acfg.WindowOffset), newBuckets: int64(nb)}
 		switch step {
 		case stepReplan:
 			// The running window keeps its bounds and its table.
-			next.cycle, next.offset, next.buckets, next.born = cur.cycle, cur.offset, cur.buckets, cur.born
+			next.cycle, next.offset, next.buckets = cur.cycle, cur.offset, cur.buckets
 		case stepJump:
 			next.shift = jumpShift(&cur, acfg, t)
 			next.at = real + next.shift
@@ -528,19 +529,46 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 	return taken, nil
 }
 
-// newest is the alignment (cycle and offset) of the plan cur when it was
-// made by a newer config than this worker's, with a different alignment or
-// table; nil when this worker's own config is the newest, or agrees.
+// newest is the alignment (cycle and offset) of the newest config that
+// served the limit, when that is a newer config than this worker's, with
+// a different alignment or table (its table: cur.newBuckets); nil when this
+// worker's own config is the newest, or agrees with it.
 func (r *registry) newest(cur *plan) *Config {
-	if cur.id == 0 || cur.born <= r.born || cur.cycle <= 0 || cur.buckets == 0 {
-		return nil
-	}
-	if cur.cycle == int64(r.cfg.Cycle) && cur.offset == int64(r.cfg.WindowOffset) && int(cur.buckets) == r.own {
+	if cur.id == 0 || cur.born <= r.born || cur.newCycle <= 0 || cur.newBuckets <= 0 || r.ownsAlignment(cur) {
 		return nil
 	}
 	c := *r.cfg
-	c.Cycle, c.WindowOffset = time.Duration(cur.cycle), time.Duration(cur.offset)
+	c.Cycle, c.WindowOffset = time.Duration(cur.newCycle), time.Duration(cur.newOffset)
 	return &c
+}
+
+func (r *registry) ownsAlignment(p *plan) bool {
+	return p.newCycle == int64(r.cfg.Cycle) && p.newOffset == int64(r.cfg.WindowOffset) && int(p.newBuckets) == r.own
+}
+
+// claim records in the plan that this worker's config is the newest to
+// serve the limit, when it is newer than the one the plan names and opens
+// windows another way: the windows the plan's config opens from now on are
+// this config's (a reload is in force from its first request, not from the
+// first window it happens to open). The running window keeps its bounds.
+func (r *registry) claim() error {
+	if r.view.id == 0 || r.view.born >= r.born || r.ownsAlignment(&r.view) {
+		return nil
+	}
+	var next plan
+	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
+		if r.readFrom(st) || r.view.born >= r.born || r.ownsAlignment(&r.view) {
+			return nil, nil
+		}
+		next = r.view
+		next.born, next.newCycle, next.newOffset, next.newBuckets = r.born, int64(r.cfg.Cycle), int64(r.cfg.WindowOffset), int64(r.own)
+		r.buf = appendPlan(r.buf, &next)
+		return r.buf, nil
+	})
+	if err == nil && next.id != 0 {
+		r.adopt(next, 0)
+	}
+	return err
 }
 
 // moveTable makes the table of nb buckets the one in use for the next
