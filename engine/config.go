@@ -87,7 +87,7 @@ func Defaults(capacity int64, cycle time.Duration) Config {
 		MaxClients:  1000,
 		IdleCycles:  3,
 		MinCycle:    cycle / 10,
-		CASRetries:  16,
+		CASRetries:  64,
 		KeyPrefix:   "borrowcycle",
 	}
 }
