@@ -40,11 +40,14 @@
 // no shared state. Every window admits at most its capacity, and every
 // client at most its share under each plan, across all workers.
 //
-// The code follows that split: transition (transition.go) is the one pure
-// function that decides whether to stay, roll into a new window, re-plan,
-// hold a newcomer or refuse it; plan.go derives shares; the registry
-// (registry.go) owns the cached view of shared state; the ledger
-// (ledger.go) alone grants units. docs/design.md gives the argument.
+// The code follows that split. Each shared record (record_*.go) owns its
+// type, its encoding and its only read-modify-write, all through one
+// compare-and-swap loop (record.go). transition (transition.go) is the pure
+// function that decides whether to stay, roll into a new window, jump past
+// a stuck one, re-plan, hold a newcomer or refuse it; plan.go derives
+// shares; the registry (registry.go) owns the cached view of shared state;
+// the ledger (ledger.go) alone grants units. docs/design.md gives the
+// argument, and the bound per true-time window.
 //
 // # Fleet mode
 //

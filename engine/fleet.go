@@ -230,39 +230,6 @@ func (w *fleetWorker) noteAsked(n, window int64) {
 	w.asked += n
 }
 
-func (w *fleetWorker) read(store Store) (fleetState, uint32, error) {
-	raw, cas, err := store.Get(w.key)
-	if errors.Is(err, ErrNotFound) {
-		return newFleetState(), casCreate, nil
-	}
-	if err != nil {
-		return fleetState{}, 0, err
-	}
-	s, err := decodeFleet(raw)
-	return s, cas, err
-}
-
-// update is the one read-modify-write of the fleet record: change edits the
-// state and reports whether to write it. A record that cannot be read is
-// started afresh (it holds nothing, so the budget grants nothing meanwhile).
-func (w *fleetWorker) update(store Store, retries int, change func(s *fleetState) bool) error {
-	return casUpdate(store, NopObserver{}, retries, w.key, "fleet", nil, func(st stored) ([]byte, error) {
-		raw, missing := st.raw, st.missing
-		s := newFleetState()
-		if !missing {
-			v, err := decodeFleet(raw)
-			if err == nil {
-				s = v
-			}
-		}
-		if !change(&s) {
-			return nil, nil
-		}
-		w.buf = appendFleet(w.buf[:0], &s)
-		return w.buf, nil
-	})
-}
-
 // FleetCallAt is the fleet step of a tick, to run on every worker: it
 // writes this worker's unserved demand, keeps or takes over the syncer
 // election, and, on the syncer when a sync is due, returns the callout to

@@ -89,7 +89,6 @@ func leaseSize(avail, need, seen int64) int64 {
 func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult {
 	r := g.reg
 	p := &r.view
-	key := r.key(cs.bucket)
 	var inHand int64 // budget units taken and not yet in the entry
 	g.paceAt, g.clipped = 0, false
 	defer func() {
@@ -101,29 +100,23 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 	var take, ret int64
 	budgetShort := false // the share has room but the window does not
 	res := syncOK
-	err := r.update(key, "bucket", nil, func(st stored) ([]byte, error) {
-		raw, missing := st.raw, st.missing
+	err := r.updateBucket(cs.bucket, nil, func(bkt *bucketVal, missing bool) (bool, error) {
 		if missing {
 			res = syncGone
-			return nil, nil
-		}
-		if err := decodeBucket(raw, &r.bkt); err != nil {
-			r.obs.ValueReset(key, err)
-			res = syncCorrupt
-			return nil, nil
+			return false, nil
 		}
 		i := -1
-		for j := range r.bkt.entries {
-			if r.bkt.entries[j].hash == cs.hash {
+		for j := range bkt.entries {
+			if bkt.entries[j].hash == cs.hash {
 				i = j
 				break
 			}
 		}
 		if i < 0 {
 			res = syncGone
-			return nil, nil
+			return false, nil
 		}
-		e = r.bkt.entries[i]
+		e = bkt.entries[i]
 		switch {
 		case e.plan > p.id:
 			res = syncStale
@@ -135,7 +128,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 			rebase(&e, p, r.pol, g.cfg)
 		}
 		if res != syncOK {
-			return nil, nil
+			return false, nil
 		}
 		if cs.window != e.window || cs.created != e.created {
 			// Counts and leases of another window, or of an earlier entry
@@ -164,9 +157,9 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 				switch {
 				case errors.Is(err, errStale):
 					res = syncStale
-					return nil, nil
+					return false, nil
 				case err != nil:
-					return nil, err
+					return false, err
 				}
 				inHand += got
 			}
@@ -177,11 +170,12 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 			}
 			e.granted += take
 		}
-		r.bkt.entries[i] = e
-		r.buf = appendBucket(r.buf, &r.bkt)
-		return r.buf, nil
+		bkt.entries[i] = e
+		return true, nil
 	})
 	switch {
+	case errors.Is(err, errCorrupt):
+		return syncCorrupt
 	case errors.Is(err, ErrRetriesExhausted):
 		return syncBusy
 	case err != nil:
@@ -203,86 +197,4 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 	cs.exhausted = e.granted >= e.share || budgetShort || g.paceAt > 0
 	cs.accrues = g.nextAccrual(budgetShort && g.clipped)
 	return syncOK
-}
-
-// errStale: the budget belongs to a newer plan's window than the view.
-var errStale = errors.New("view older than the budget")
-
-// take draws up to n units from the window budget. It returns errStale
-// when the budget belongs to a newer plan's window than the view, and
-// ErrRetriesExhausted under contention. An unreadable budget grants
-// nothing: it may hide grants, and only the next roller may reset it.
-func (g *ledger) take(n int64) (int64, error) {
-	got, err := g.adjust(n)
-	if err != nil {
-		return 0, err
-	}
-	return g.paced(got), nil
-}
-
-// give returns n units to the window budget (a lease returned, or units
-// taken for a lease that was not written). A give that fails loses the
-// units for the window: on the safe side.
-func (g *ledger) give(n int64) { _, _ = g.adjust(-n) }
-
-// adjust moves the budget's granted by delta (positive: a take, limited to
-// what is left). It is the one read-modify-write of the budget key.
-func (g *ledger) adjust(delta int64) (int64, error) {
-	r := g.reg
-	p := &r.view
-	var moved int64
-	err := r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
-		raw, missing := st.raw, st.missing
-		moved = 0
-		var v budget
-		if !missing {
-			var err error
-			if v, err = decodeBudget(raw); err != nil {
-				r.obs.ValueReset(r.budgetKey, err)
-				return nil, nil
-			}
-		}
-		changed := missing
-		start, end := planWindow(p, g.cfg)
-		switch {
-		case v.roll > p.roll:
-			return nil, errStale
-		case v.roll < p.roll && v.end > start && !missing:
-			// A window this one overlaps (the same window under a later roll,
-			// after a plan reset, or the window of another alignment during a
-			// reconfiguration): its grants still count.
-			v.roll, v.window, v.end, changed = p.roll, p.window, max(v.end, end), true
-		case v.roll < p.roll:
-			if delta < 0 {
-				return nil, nil // a return to a window that is over
-			}
-			v, changed = budget{window: p.window, roll: p.roll, capacity: g.cfg.Capacity, end: end}, true
-		}
-		if g.cfg.Capacity < v.capacity {
-			// A smaller capacity takes effect at once for the rest of the
-			// window; a larger one only from the next window.
-			v.capacity, changed = g.cfg.Capacity, true
-		}
-		if delta > 0 {
-			left := g.fleetCap(v.capacity, p.window) // the capacity in force: the fleet's lease in fleet mode
-			allowed := min(delta, max(0, left-v.granted))
-			moved = g.gate.room(allowed, v.granted, left)
-			g.clipped = moved < allowed
-		} else {
-			moved = -min(-delta, v.granted)
-		}
-		if moved == 0 && !changed {
-			return nil, nil
-		}
-		v.granted += moved
-		r.buf = appendBudget(r.buf, v)
-		return r.buf, nil
-	})
-	switch {
-	case errors.Is(err, errStale), errors.Is(err, ErrRetriesExhausted):
-		return 0, err
-	case err != nil:
-		return 0, nil // a store error grants nothing
-	}
-	return max(moved, 0), nil
 }

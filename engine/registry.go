@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"math"
 	"strconv"
 	"time"
 )
@@ -138,45 +137,6 @@ func (r *registry) key(b int) string {
 // home is a client's first bucket.
 func (r *registry) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(r.nb-1)) }
 
-// read reads the plan key into the view. It reports corrupt when the value
-// cannot be trusted; the view is then left as it was, with viewCAS set to
-// the unreadable value's CAS so that a roller can replace it.
-func (r *registry) read() (corrupt bool, err error) {
-	raw, cas, err := r.store.Get(r.planKey)
-	missing := errors.Is(err, ErrNotFound)
-	if err != nil && !missing {
-		r.obs.StoreFailure("get plan", err)
-		return false, err
-	}
-	return r.readFrom(stored{raw: raw, cas: cas, missing: missing}), nil
-}
-
-// readFrom is read of a plan value already read from the store.
-func (r *registry) readFrom(st stored) (corrupt bool) {
-	if st.missing {
-		r.view, r.viewCAS, r.viewBad = plan{window: r.view.window}, casCreate, false
-		return false
-	}
-	if st.cas == r.viewCAS {
-		return r.viewBad
-	}
-	var p plan
-	if err := decodePlan(st.raw, &p); err != nil {
-		r.obs.ValueReset(r.planKey, err)
-		r.viewCAS, r.viewBad = st.cas, true
-		return true
-	}
-	if p.id < r.view.id {
-		// A plan id never goes back; an older one can only be a bad
-		// writer's. Keep what we know and let a roller replace it.
-		r.obs.ValueReset(r.planKey, errCorrupt)
-		r.viewCAS, r.viewBad = st.cas, true
-		return true
-	}
-	r.adopt(p, st.cas)
-	return false
-}
-
 // adopt makes p the view. Local caches keyed by plan id expire with it.
 func (r *registry) adopt(p plan, cas uint32) {
 	if p.id != r.view.id {
@@ -305,60 +265,24 @@ func (r *registry) put(e entry) error {
 	return errFull
 }
 
-// countPending adds one to the plan's pending count, refusing when the
-// table is full.
-func (r *registry) countPending() error {
-	var next plan
-	first := true
-	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
-		raw, missing := st.raw, st.missing
-		first = missing // no plan yet: the first plan counts every entry
-		if missing {
-			return nil, nil
-		}
-		if err := decodePlan(raw, &next); err != nil || next.id < r.view.id {
-			return nil, errCorrupt // a roller must replace the plan first
-		}
-		if int(next.n)+int(next.pending) >= r.cfg.MaxClients {
-			return nil, errFull
-		}
-		next.pending++
-		r.buf = appendPlan(r.buf, &next)
-		return r.buf, nil
-	})
-	if err != nil || first {
-		return err
-	}
-	r.adopt(next, 0)
-	return nil
-}
-
 // place writes e into bucket b if there is room (a free place, or the
 // client's own expired entry, or anyone's expired entry). It reports
 // overflow when b is full, after marking it so lookups probe on.
 func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
-	key := r.key(b)
 	var read *bucketRead
 	if last := r.lastRead; last.valid && last.bucket == b {
 		read = &last // find's read of this bucket serves the first attempt
 		r.forgetRead()
 	}
-	err = r.update(key, "bucket", read, func(st stored) ([]byte, error) {
-		raw, missing := st.raw, st.missing
+	err = r.updateBucket(b, read, func(bkt *bucketVal, _ bool) (bool, error) {
 		placed, overflow = false, false
-		if missing {
-			r.bkt.overflow, r.bkt.entries = false, r.bkt.entries[:0]
-		} else if err := decodeBucket(raw, &r.bkt); err != nil {
-			r.obs.ValueReset(key, err)
-			return nil, err
-		}
 		at, own := -1, false
-		for i := range r.bkt.entries {
-			x := &r.bkt.entries[i]
+		for i := range bkt.entries {
+			x := &bkt.entries[i]
 			if x.hash == e.hash {
 				if !free(x, &r.view, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
 					placed = true // there already, counted or waiting
-					return nil, nil
+					return false, nil
 				}
 				at, own = i, true // its own entry: a returning client, or a newcomer proven
 				break
@@ -368,28 +292,27 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 			}
 		}
 		switch {
-		case !own && waitingUnproven(&e) && waitingIn(&r.bkt, &r.view, r.cfg) >= maxWaitingPerBucket:
+		case !own && waitingUnproven(&e) && waitingIn(bkt, &r.view, r.cfg) >= maxWaitingPerBucket:
 			// A flood of one-shot ids fills no bucket past this: its refusals
 			// cost a read of a small bucket and no write, and once the bucket
 			// is marked, nothing (bucketMark).
-			r.mark(b, &r.bkt)
-			return nil, nil
+			r.mark(b, bkt)
+			return false, nil
 		case at >= 0:
-			r.bkt.entries[at] = e
+			bkt.entries[at] = e
 			placed = true
-		case len(r.bkt.entries) < bucketSlots:
-			r.bkt.entries = append(r.bkt.entries, e)
+		case len(bkt.entries) < bucketSlots:
+			bkt.entries = append(bkt.entries, e)
 			placed = true
-		case r.bkt.overflow:
+		case bkt.overflow:
 			overflow = true
-			return nil, nil
+			return false, nil
 		case waitingUnproven(&e):
-			return nil, nil // unproven newcomers never spill into other buckets
+			return false, nil // unproven newcomers never spill into other buckets
 		default:
-			r.bkt.overflow, overflow = true, true // mark only: probe on
+			bkt.overflow, overflow = true, true // mark only: probe on
 		}
-		r.buf = appendBucket(r.buf, &r.bkt)
-		return r.buf, nil
+		return true, nil
 	})
 	if err != nil {
 		return false, false, err
@@ -426,10 +349,8 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 		bcas            uint32
 		bcorrupt, reset bool
 	)
-	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
-		taken = stepStay
-		corrupt := r.readFrom(st)
-		cur = r.view
+	published, err := r.updatePlan(func(read plan, corrupt bool) (*plan, error) {
+		taken, cur = stepStay, read
 		v, vcas, vcorrupt, err := r.readBudget()
 		if err != nil {
 			return nil, err
@@ -506,13 +427,11 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
 		registeredNow, taken = r.registeredNow, step
-		r.buf = appendPlan(r.buf, &next)
-		return r.buf, nil
+		return &next, nil
 	})
-	if err != nil || taken == stepStay {
+	if err != nil || !published {
 		return stepStay, err
 	}
-	r.adopt(next, 0)
 	r.resetCorrupt(bcas, bcorrupt, reset)
 	if taken == stepJump {
 		r.obs.ClockJump(time.Duration(next.shift - cur.shift))
@@ -544,31 +463,6 @@ func (r *registry) newest(cur *plan) *Config {
 
 func (r *registry) ownsAlignment(p *plan) bool {
 	return p.newCycle == int64(r.cfg.Cycle) && p.newOffset == int64(r.cfg.WindowOffset) && int(p.newBuckets) == r.own
-}
-
-// claim records in the plan that this worker's config is the newest to
-// serve the limit, when it is newer than the one the plan names and opens
-// windows another way: the windows the plan's config opens from now on are
-// this config's (a reload is in force from its first request, not from the
-// first window it happens to open). The running window keeps its bounds.
-func (r *registry) claim() error {
-	if r.view.id == 0 || r.view.born >= r.born || r.ownsAlignment(&r.view) {
-		return nil
-	}
-	var next plan
-	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
-		if r.readFrom(st) || r.view.born >= r.born || r.ownsAlignment(&r.view) {
-			return nil, nil
-		}
-		next = r.view
-		next.born, next.newCycle, next.newOffset, next.newBuckets = r.born, int64(r.cfg.Cycle), int64(r.cfg.WindowOffset), int64(r.own)
-		r.buf = appendPlan(r.buf, &next)
-		return r.buf, nil
-	})
-	if err == nil && next.id != 0 {
-		r.adopt(next, 0)
-	}
-	return err
 }
 
 // moveTable makes the table of nb buckets the one in use for the next
@@ -631,48 +525,6 @@ func (r *registry) behind(t int64) int64 {
 	return t - r.behindSince
 }
 
-// readBudget reads the window budget. A missing one reads as the zero
-// budget (which ends before every window); corrupt reports an unreadable
-// one, with its CAS for resetCorrupt.
-func (r *registry) readBudget() (v budget, cas uint32, corrupt bool, err error) {
-	raw, cas, err := r.store.Get(r.budgetKey)
-	if errors.Is(err, ErrNotFound) {
-		return budget{end: math.MinInt64}, 0, false, nil
-	}
-	if err != nil {
-		r.obs.StoreFailure("get budget", err)
-		return budget{}, 0, false, err
-	}
-	if v, err = decodeBudget(raw); err != nil {
-		r.obs.ValueReset(r.budgetKey, err)
-		return budget{end: math.MinInt64}, cas, true, nil
-	}
-	return v, cas, false, nil
-}
-
-// budgetLeft is the capacity the next plan splits and what is left of the
-// window's budget v. A plan for a window the budget's does not overlap
-// starts from the whole capacity. A plan for a window it overlaps (a
-// re-plan, a plan reset, or a new alignment after the cycle or offset
-// changed) splits the capacity in force (the smallest any config set) and
-// has only what the budget has not granted: what the overlapping window
-// granted is counted in this one. An unreadable budget may hide grants: it
-// leaves nothing, except to a roll into a new window.
-func (r *registry) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capacity, left int64) {
-	capacity = r.cfg.Capacity
-	start, _ := planWindow(next, r.cfg)
-	switch {
-	case corrupt && freshRoll:
-		return capacity, capacity
-	case corrupt:
-		return capacity, 0
-	case v.end > start:
-		capacity = min(capacity, v.capacity)
-		return capacity, max(0, capacity-v.granted)
-	}
-	return capacity, capacity
-}
-
 // scan reads every bucket and records the clients counted in next. It
 // returns the highest plan id any entry names (for a plan reset), counts
 // the clients next counts and cur did not (registeredNow), and remembers
@@ -723,26 +575,13 @@ func (r *registry) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 // resetCorrupt rewrites the unreadable values the plan's scan found. Only
 // the roller may: it read them before the new plan existed, so they cannot
 // hide a grant under it, and the CAS of the unreadable value makes the
-// write lose to any write since. A reset bucket loses its clients (they
-// come back as newcomers); a reset budget is spent for the window, since
-// it may have hidden grants.
+// write lose to any write since.
 func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
 	for _, c := range r.corrupt {
-		r.buf = appendBucket(r.buf, &bucketVal{})
-		if err := r.store.Set(r.key(c.bucket), r.buf, c.cas); err != nil && !errors.Is(err, ErrCASMismatch) {
-			r.obs.StoreFailure("reset bucket", err)
-		}
+		r.resetBucket(c.bucket, c.cas)
 	}
 	r.corrupt = r.corrupt[:0]
 	if budgetCorrupt {
-		_, end := planWindow(&r.view, r.cfg)
-		v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity, end: end}
-		if !freshRoll {
-			v.granted = v.capacity // the lost value may have held grants of this window
-		}
-		r.buf = appendBudget(r.buf, v)
-		if err := r.store.Set(r.budgetKey, r.buf, budgetCAS); err != nil && !errors.Is(err, ErrCASMismatch) {
-			r.obs.StoreFailure("reset budget", err)
-		}
+		r.resetBudget(budgetCAS, freshRoll)
 	}
 }

@@ -1,7 +1,12 @@
 package engine
 
+// The fleet record (<prefix>/f, in fleet mode): worker ids, the elected
+// syncer, and what each window holds and asked (fleet.go). Written by
+// fleetWorker.update only.
+
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -69,3 +74,36 @@ func decodeFleet(b []byte) (fleetState, error) {
 }
 
 func inRange(n int64) bool { return n >= 0 && n <= MaxCapacity }
+
+func (w *fleetWorker) read(store Store) (fleetState, uint32, error) {
+	raw, cas, err := store.Get(w.key)
+	if errors.Is(err, ErrNotFound) {
+		return newFleetState(), casCreate, nil
+	}
+	if err != nil {
+		return fleetState{}, 0, err
+	}
+	s, err := decodeFleet(raw)
+	return s, cas, err
+}
+
+// update is the one read-modify-write of the fleet record: change edits the
+// state and reports whether to write it. A record that cannot be read is
+// started afresh (it holds nothing, so the budget grants nothing meanwhile).
+func (w *fleetWorker) update(store Store, retries int, change func(s *fleetState) bool) error {
+	return casUpdate(store, NopObserver{}, retries, w.key, "fleet", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		s := newFleetState()
+		if !missing {
+			v, err := decodeFleet(raw)
+			if err == nil {
+				s = v
+			}
+		}
+		if !change(&s) {
+			return nil, nil
+		}
+		w.buf = appendFleet(w.buf[:0], &s)
+		return w.buf, nil
+	})
+}

@@ -1,0 +1,142 @@
+package engine
+
+// Shared records: every value the engine keeps in the store is a record
+// owned by one file (record_plan.go, record_budget.go, record_bucket.go,
+// record_pace.go, record_fleet.go) that holds its type, its encoding, its
+// key and its only read-modify-write. This file holds what they share: the
+// one compare-and-swap loop (update), the checksum every value ends with
+// (seal), and the bounds that keep decoded values from overflowing.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// update is the engine's one compare-and-swap loop: every read-modify-write
+// of a shared record goes through it. It reads key (or takes read, a read
+// of it made just before, on the first attempt), hands the value to change,
+// and writes what change returns under the CAS it read. When another
+// worker wrote first it reads again and calls change again, so change must
+// derive everything it decides from the value it is given.
+//
+// change sees the value as stored (missing when the key was never set); it
+// returns the bytes to write, or nil to write nothing (the transaction is
+// then over, as it is when change returns an error, which update returns).
+//
+// Retries are bounded by Config.CASRetries. Each lost race means another
+// worker's write succeeded, so the engine as a whole always progresses;
+// retries that run out return ErrRetriesExhausted, which never admits (see
+// ReasonContended). A store error is reported to the Observer as op and
+// returned.
+func (r *registry) update(key, op string, read *bucketRead, change func(st stored) ([]byte, error)) error {
+	return casUpdate(r.store, r.obs, r.cfg.CASRetries, key, op, read, change)
+}
+
+// casUpdate is update over any store (the fleet record's owner has no
+// registry).
+func casUpdate(store Store, obs Observer, retries int, key, op string, read *bucketRead, change func(st stored) ([]byte, error)) error {
+	for attempt := 0; attempt < retries; attempt++ {
+		var raw []byte
+		var cas uint32
+		var err error
+		if read != nil && attempt == 0 {
+			raw, cas = read.raw, read.cas
+			if read.missing {
+				err = ErrNotFound
+			}
+		} else {
+			raw, cas, err = store.Get(key)
+		}
+		missing := errors.Is(err, ErrNotFound)
+		if err != nil && !missing {
+			obs.StoreFailure("get "+op, err)
+			return err
+		}
+		if missing {
+			raw, cas = nil, casCreate
+		}
+		out, err := change(stored{raw: raw, cas: cas, missing: missing})
+		if err != nil || out == nil {
+			return err
+		}
+		switch err := store.Set(key, out, cas); {
+		case errors.Is(err, ErrCASMismatch):
+			obs.CASRetry()
+			continue
+		case err != nil:
+			obs.StoreFailure("set "+op, err)
+			return err
+		}
+		return nil
+	}
+	obs.StoreFailure(op, ErrRetriesExhausted)
+	return ErrRetriesExhausted
+}
+
+// stored is a value as update read it.
+type stored struct {
+	raw     []byte // nil when missing
+	cas     uint32 // casCreate when missing
+	missing bool
+}
+
+var errCorrupt = errors.New("corrupt value")
+
+// Every record ends with a checksum of the bytes before it (seal). Range
+// checks catch values no writer produces; the checksum catches the ones
+// that look possible: one flipped bit in a budget's granted would otherwise
+// decode as a smaller count and re-open units the window already granted.
+const sealLen = 8
+
+// seal appends dst's checksum to it.
+func seal(dst []byte) []byte { return binary.LittleEndian.AppendUint64(dst, checksum(dst)) }
+
+// unseal checks raw's trailing checksum and returns the record before it.
+func unseal(raw []byte) ([]byte, error) {
+	n := len(raw) - sealLen
+	if n < 1 || binary.LittleEndian.Uint64(raw[n:]) != checksum(raw[:n]) {
+		return nil, fmt.Errorf("%w: checksum of a %d-byte value", errCorrupt, len(raw))
+	}
+	return raw[:n], nil
+}
+
+// checksum mixes b a word at a time. Each step is a bijection of the state
+// for a fixed word, and of the word for a fixed state, so any change
+// confined to one word (a flipped bit, in particular) changes the result.
+// It costs about a nanosecond per word: a bucket of 48 entries is checked
+// in well under a microsecond.
+func checksum(b []byte) uint64 {
+	h := uint64(len(b)) ^ 0x9e3779b97f4a7c15
+	for ; len(b) >= 8; b = b[8:] {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+	}
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 0x94d049bb133111eb
+		h ^= h >> 29
+	}
+	return h
+}
+
+// Shared values are compact, versioned, fixed-layout little-endian records:
+// decoding is a bounds check and a few loads, with no JSON and no
+// reflection. A value that decodes but cannot be right (a negative count, a
+// plan id near wrap-around, a NaN parameter) is rejected like a truncated
+// one: nothing read from the store is trusted before it passed its decoder.
+
+// maxPlanID bounds plan ids far below wrap-around, even after plan resets
+// (each adds planResetJump).
+const maxPlanID = 1 << 62
+
+// maxBuckets bounds the bucket count a plan may name.
+const maxBuckets = 1 << 20
+
+// Window indices stay far from overflow of k·cycle in nanoseconds.
+const (
+	minWindow = -(1 << 53)
+	maxWindow = 1 << 53
+)
+
+// maxShift bounds a plan's clock shift: about 146 years of jumps.
+const maxShift = 1 << 62

@@ -1,0 +1,202 @@
+package engine
+
+// The bucket records (<prefix>/c/<B>/<i>): up to bucketSlots client
+// entries each. Written by updateBucket only (a lease, a demand write-back
+// or a registration), or replaced whole when unreadable (resetBucket).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// bucketVersion and the sizes of the bucket encoding.
+const (
+	bucketVersion = 3
+	bucketHead    = 1 + 1 + 1
+	entryLen      = 8 * 11
+	bucketSlots   = 48 // entries per bucket key
+)
+
+// entry is one client's record in its registry bucket. The counters
+// (granted, demand) belong to window; share is the client's window
+// entitlement under plan.
+type entry struct {
+	hash    uint64  // client hash, never 0
+	created uint64  // plan id current when it arrived; counted from the next plan on
+	since   int64   // when it arrived (Unix ns): scales a partial first window
+	window  int64   // the window of granted and demand
+	plan    uint64  // plan whose share is in share (0: none yet)
+	share   int64   // units the client may be granted in window, under plan
+	granted int64   // units granted to workers in window, over every plan of it
+	demand  int64   // units asked for in window, rejected ones included
+	prev    float64 // demand the window's shares are computed from (full-window rate)
+	active  int64   // last window with demand (or of arrival): idle expiry
+	// tries is how the client entered the table: 0 declared (RegisterAt);
+	// 1 a newcomer seen once, unproven (while plan is 0 it waits, see
+	// registered, and prev holds the units it asked for); 2 or more a
+	// newcomer that asked again while it waited (proven).
+	tries int64
+}
+
+// maxTries bounds an entry's recorded attempts (they stop counting there).
+const maxTries = 1 << 20
+
+// bucketVal is one registry key: up to bucketSlots entries, and whether a
+// client whose home this is ever had to be placed in a later bucket.
+type bucketVal struct {
+	overflow bool
+	entries  []entry
+}
+
+func appendBucket(dst []byte, b *bucketVal) []byte {
+	le := binary.LittleEndian
+	dst = append(dst[:0], bucketVersion, byte(len(b.entries)))
+	var flags byte
+	if b.overflow {
+		flags = 1
+	}
+	dst = append(dst, flags)
+	for i := range b.entries {
+		e := &b.entries[i]
+		dst = le.AppendUint64(dst, e.hash)
+		dst = le.AppendUint64(dst, e.created)
+		dst = le.AppendUint64(dst, uint64(e.since))
+		dst = le.AppendUint64(dst, uint64(e.window))
+		dst = le.AppendUint64(dst, e.plan)
+		dst = le.AppendUint64(dst, uint64(e.share))
+		dst = le.AppendUint64(dst, uint64(e.granted))
+		dst = le.AppendUint64(dst, uint64(e.demand))
+		dst = le.AppendUint64(dst, math.Float64bits(e.prev))
+		dst = le.AppendUint64(dst, uint64(e.active))
+		dst = le.AppendUint64(dst, uint64(e.tries))
+	}
+	return seal(dst)
+}
+
+// decodeBucket fills b from raw, reusing b's slice.
+func decodeBucket(raw []byte, b *bucketVal) error {
+	n, overflow, err := bucketHeader(raw)
+	if err != nil {
+		return err
+	}
+	b.overflow = overflow
+	b.entries = b.entries[:0]
+	var hashes [bucketSlots]uint64
+	p := raw[bucketHead:]
+	for i := 0; i < n; i++ {
+		e, err := decodeEntry(p)
+		if err != nil {
+			return err
+		}
+		b.entries = append(b.entries, e)
+		hashes[i] = e.hash
+		p = p[entryLen:]
+	}
+	// Sorted, duplicates are neighbours: O(n log n) rather than comparing
+	// every pair, on a path a flood of new ids takes once per request.
+	slices.Sort(hashes[:n])
+	for i := 1; i < n; i++ {
+		if hashes[i] == hashes[i-1] {
+			return fmt.Errorf("%w: duplicate entry", errCorrupt)
+		}
+	}
+	return nil
+}
+
+// bucketHeader checks raw's version and length and returns its entry count
+// and overflow flag.
+func bucketHeader(raw []byte) (n int, overflow bool, err error) {
+	if len(raw) < bucketHead || raw[0] != bucketVersion {
+		return 0, false, fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
+	}
+	n = int(raw[1])
+	if n > bucketSlots || len(raw) != bucketHead+n*entryLen+sealLen || raw[2]&^1 != 0 {
+		return 0, false, fmt.Errorf("%w: bucket of %d entries in %d bytes", errCorrupt, n, len(raw))
+	}
+	if _, err := unseal(raw); err != nil {
+		return 0, false, err
+	}
+	return n, raw[2]&1 != 0, nil
+}
+
+// lookupBucket finds the entry of hash h in raw without decoding the
+// others: a lookup decodes one entry, whatever the bucket holds. Only that
+// entry's fields are range-checked (the writer of the bucket decodes, and
+// so checks, all of it: decodeBucket); the whole value's checksum is.
+func lookupBucket(raw []byte, h uint64) (e entry, found, overflow bool, err error) {
+	n, overflow, err := bucketHeader(raw)
+	if err != nil {
+		return entry{}, false, false, err
+	}
+	p := raw[bucketHead:]
+	for i := 0; i < n; i++ {
+		if binary.LittleEndian.Uint64(p) == h {
+			e, err := decodeEntry(p)
+			return e, err == nil, overflow, err
+		}
+		p = p[entryLen:]
+	}
+	return entry{}, false, overflow, nil
+}
+
+// decodeEntry decodes the entry at the start of p and checks that its
+// fields are possible.
+func decodeEntry(p []byte) (entry, error) {
+	le := binary.LittleEndian
+	e := entry{
+		hash:    le.Uint64(p),
+		created: le.Uint64(p[8:]),
+		since:   int64(le.Uint64(p[16:])),
+		window:  int64(le.Uint64(p[24:])),
+		plan:    le.Uint64(p[32:]),
+		share:   int64(le.Uint64(p[40:])),
+		granted: int64(le.Uint64(p[48:])),
+		demand:  int64(le.Uint64(p[56:])),
+		prev:    math.Float64frombits(le.Uint64(p[64:])),
+		active:  int64(le.Uint64(p[72:])),
+		tries:   int64(le.Uint64(p[80:])),
+	}
+	if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
+		e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
+		e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
+		e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries {
+		return entry{}, fmt.Errorf("%w: impossible entry", errCorrupt)
+	}
+	return e, nil
+}
+
+// updateBucket is the one read-modify-write of a bucket: change is handed
+// bucket b as read (empty when it was never written) and edits it in
+// place, reporting whether to write it. An unreadable bucket is reported
+// to the Observer and returned as errCorrupt: only a roller may replace it
+// (resetCorrupt). read, when not nil, is a read of the bucket made just
+// before, which serves the first attempt.
+func (r *registry) updateBucket(b int, read *bucketRead, change func(bkt *bucketVal, missing bool) (write bool, err error)) error {
+	key := r.key(b)
+	return r.update(key, "bucket", read, func(st stored) ([]byte, error) {
+		if st.missing {
+			r.bkt.overflow, r.bkt.entries = false, r.bkt.entries[:0]
+		} else if err := decodeBucket(st.raw, &r.bkt); err != nil {
+			r.obs.ValueReset(key, err)
+			return nil, err
+		}
+		write, err := change(&r.bkt, st.missing)
+		if err != nil || !write {
+			return nil, err
+		}
+		r.buf = appendBucket(r.buf, &r.bkt)
+		return r.buf, nil
+	})
+}
+
+// resetBucket replaces unreadable bucket b, read with CAS cas, by an empty
+// one: its clients come back as newcomers. (See registry.resetCorrupt.)
+func (r *registry) resetBucket(b int, cas uint32) {
+	r.buf = appendBucket(r.buf, &bucketVal{})
+	if err := r.store.Set(r.key(b), r.buf, cas); err != nil && !errors.Is(err, ErrCASMismatch) {
+		r.obs.StoreFailure("reset bucket", err)
+	}
+}

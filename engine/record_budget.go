@@ -1,0 +1,204 @@
+package engine
+
+// The window budget record (<prefix>/w): units granted in the newest
+// window, all workers together. Written by adjust only (takes and give-
+// backs), or replaced whole when unreadable (resetBudget).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// budgetVersion and budgetLen: the window budget's encoding.
+const (
+	budgetVersion = 2
+	budgetLen     = 1 + 8*5 + sealLen
+)
+
+// budget is the window budget: units granted to workers in one window, all
+// clients together, and the capacity in force for it (the smallest that any
+// config that drew from it had). granted may exceed capacity only after the
+// capacity shrank mid-window; nothing more is granted then.
+type budget struct {
+	window   int64
+	roll     uint64 // the plan id that opened the window: a budget of an older roll is over
+	granted  int64
+	capacity int64
+	end      int64 // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
+}
+
+func appendBudget(dst []byte, v budget) []byte {
+	le := binary.LittleEndian
+	dst = append(dst[:0], budgetVersion)
+	dst = le.AppendUint64(dst, uint64(v.window))
+	dst = le.AppendUint64(dst, v.roll)
+	dst = le.AppendUint64(dst, uint64(v.granted))
+	dst = le.AppendUint64(dst, uint64(v.capacity))
+	dst = le.AppendUint64(dst, uint64(v.end))
+	return seal(dst)
+}
+
+func decodeBudget(b []byte) (budget, error) {
+	if len(b) != budgetLen || b[0] != budgetVersion {
+		return budget{}, fmt.Errorf("%w: budget of %d bytes", errCorrupt, len(b))
+	}
+	b, err := unseal(b)
+	if err != nil {
+		return budget{}, err
+	}
+	le := binary.LittleEndian
+	v := budget{
+		end:      int64(le.Uint64(b[33:])),
+		window:   int64(le.Uint64(b[1:])),
+		roll:     le.Uint64(b[9:]),
+		granted:  int64(le.Uint64(b[17:])),
+		capacity: int64(le.Uint64(b[25:])),
+	}
+	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
+		v.granted < 0 || v.granted > MaxCapacity {
+		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
+	}
+	return v, nil
+}
+
+// readBudget reads the window budget. A missing one reads as the zero
+// budget (which ends before every window); corrupt reports an unreadable
+// one, with its CAS for resetCorrupt.
+func (r *registry) readBudget() (v budget, cas uint32, corrupt bool, err error) {
+	raw, cas, err := r.store.Get(r.budgetKey)
+	if errors.Is(err, ErrNotFound) {
+		return budget{end: math.MinInt64}, 0, false, nil
+	}
+	if err != nil {
+		r.obs.StoreFailure("get budget", err)
+		return budget{}, 0, false, err
+	}
+	if v, err = decodeBudget(raw); err != nil {
+		r.obs.ValueReset(r.budgetKey, err)
+		return budget{end: math.MinInt64}, cas, true, nil
+	}
+	return v, cas, false, nil
+}
+
+// budgetLeft is the capacity the next plan splits and what is left of the
+// window's budget v. A plan for a window the budget's does not overlap
+// starts from the whole capacity. A plan for a window it overlaps (a
+// re-plan, a plan reset, or a new alignment after the cycle or offset
+// changed) splits the capacity in force (the smallest any config set) and
+// has only what the budget has not granted: what the overlapping window
+// granted is counted in this one. An unreadable budget may hide grants: it
+// leaves nothing, except to a roll into a new window.
+func (r *registry) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capacity, left int64) {
+	capacity = r.cfg.Capacity
+	start, _ := planWindow(next, r.cfg)
+	switch {
+	case corrupt && freshRoll:
+		return capacity, capacity
+	case corrupt:
+		return capacity, 0
+	case v.end > start:
+		capacity = min(capacity, v.capacity)
+		return capacity, max(0, capacity-v.granted)
+	}
+	return capacity, capacity
+}
+
+// errStale: the budget belongs to a newer plan's window than the view.
+var errStale = errors.New("view older than the budget")
+
+// take draws up to n units from the window budget. It returns errStale
+// when the budget belongs to a newer plan's window than the view, and
+// ErrRetriesExhausted under contention. An unreadable budget grants
+// nothing: it may hide grants, and only the next roller may reset it.
+func (g *ledger) take(n int64) (int64, error) {
+	got, err := g.adjust(n)
+	if err != nil {
+		return 0, err
+	}
+	return g.paced(got), nil
+}
+
+// give returns n units to the window budget (a lease returned, or units
+// taken for a lease that was not written). A give that fails loses the
+// units for the window: on the safe side.
+func (g *ledger) give(n int64) { _, _ = g.adjust(-n) }
+
+// adjust moves the budget's granted by delta (positive: a take, limited to
+// what is left). It is the one read-modify-write of the budget key.
+func (g *ledger) adjust(delta int64) (int64, error) {
+	r := g.reg
+	p := &r.view
+	var moved int64
+	err := r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		moved = 0
+		var v budget
+		if !missing {
+			var err error
+			if v, err = decodeBudget(raw); err != nil {
+				r.obs.ValueReset(r.budgetKey, err)
+				return nil, nil
+			}
+		}
+		changed := missing
+		start, end := planWindow(p, g.cfg)
+		switch {
+		case v.roll > p.roll:
+			return nil, errStale
+		case v.roll < p.roll && v.end > start && !missing:
+			// A window this one overlaps (the same window under a later roll,
+			// after a plan reset, or the window of another alignment during a
+			// reconfiguration): its grants still count.
+			v.roll, v.window, v.end, changed = p.roll, p.window, max(v.end, end), true
+		case v.roll < p.roll:
+			if delta < 0 {
+				return nil, nil // a return to a window that is over
+			}
+			v, changed = budget{window: p.window, roll: p.roll, capacity: g.cfg.Capacity, end: end}, true
+		}
+		if g.cfg.Capacity < v.capacity {
+			// A smaller capacity takes effect at once for the rest of the
+			// window; a larger one only from the next window.
+			v.capacity, changed = g.cfg.Capacity, true
+		}
+		if delta > 0 {
+			left := g.fleetCap(v.capacity, p.window) // the capacity in force: the fleet's lease in fleet mode
+			allowed := min(delta, max(0, left-v.granted))
+			moved = g.gate.room(allowed, v.granted, left)
+			g.clipped = moved < allowed
+		} else {
+			moved = -min(-delta, v.granted)
+		}
+		if moved == 0 && !changed {
+			return nil, nil
+		}
+		v.granted += moved
+		r.buf = appendBudget(r.buf, v)
+		return r.buf, nil
+	})
+	switch {
+	case errors.Is(err, errStale), errors.Is(err, ErrRetriesExhausted):
+		return 0, err
+	case err != nil:
+		return 0, nil // a store error grants nothing
+	}
+	return max(moved, 0), nil
+}
+
+// resetBudget replaces an unreadable budget, read with CAS cas, by the
+// budget of the view's window: empty for a window just opened (freshRoll),
+// spent otherwise, since the lost value may have held grants of this
+// window. (See registry.resetCorrupt.)
+func (r *registry) resetBudget(cas uint32, freshRoll bool) {
+	_, end := planWindow(&r.view, r.cfg)
+	v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity, end: end}
+	if !freshRoll {
+		v.granted = v.capacity
+	}
+	r.buf = appendBudget(r.buf, v)
+	if err := r.store.Set(r.budgetKey, r.buf, cas); err != nil && !errors.Is(err, ErrCASMismatch) {
+		r.obs.StoreFailure("reset budget", err)
+	}
+}

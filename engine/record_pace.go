@@ -1,0 +1,72 @@
+package engine
+
+// The pace record (<prefix>/pace, with Config.Pace): the theoretical
+// arrival time of the limit's cell rate algorithm (pacing.go holds the
+// arithmetic). Written by paced only.
+
+import "encoding/binary"
+
+const paceVersion = 2
+
+func appendPace(dst []byte, tat int64) []byte {
+	return seal(binary.LittleEndian.AppendUint64(append(dst[:0], paceVersion), uint64(tat)))
+}
+
+func decodePace(b []byte) (int64, error) {
+	if len(b) != 9+sealLen || b[0] != paceVersion {
+		return 0, errCorrupt
+	}
+	b, err := unseal(b)
+	if err != nil {
+		return 0, err
+	}
+	return int64(binary.LittleEndian.Uint64(b[1:])), nil
+}
+
+// paced passes got units just taken from the window budget through the
+// pacing key: it returns how many pacing lets through and gives the rest
+// back to the budget. When pacing holds units back, it records when the
+// next one fits (g.paceAt) for the client's Retry-After. An unreadable
+// pace key is rewritten from now: pacing is a smoothing bound, and the
+// window budget still holds.
+func (g *ledger) paced(got int64) int64 {
+	if !g.cfg.Pace || got <= 0 {
+		return got
+	}
+	r := g.reg
+	key := r.paceKey
+	interval, tolerance := paceParams(g.cfg)
+	var m, next int64
+	err := r.update(key, "pace", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		var tat int64
+		if !missing {
+			var err error
+			if tat, err = decodePace(raw); err != nil {
+				r.obs.ValueReset(key, err)
+				tat = 0
+			} else if tat-g.now > int64(g.cfg.Cycle)+tolerance {
+				// No unit is paced more than a cycle past its tolerance: this
+				// pace was set by a clock that read far ahead. Kept, it would
+				// admit nothing until the clock got there.
+				r.obs.ValueReset(key, errCorrupt)
+				tat = 0
+			}
+		}
+		m, next = paceFit(tat, g.now, got, interval, tolerance)
+		if m == 0 {
+			return nil, nil
+		}
+		r.buf = appendPace(r.buf, next)
+		return r.buf, nil
+	})
+	if err != nil {
+		m = 0
+	}
+	if m < got {
+		g.give(got - m)
+		g.clipped = true
+		g.paceAt = g.now + max(interval, paceWait(next, g.now, tolerance))
+	}
+	return m
+}
