@@ -14,11 +14,14 @@ import (
 // its demand scaled up to a full window, and a newcomer is counted as
 // demanding the default share C/N. dst is reused when it has room.
 //
-// The engine itself derives shares one client at a time (see compactPolicy),
-// so Config.Policy must be one of the policies below.
+// The set is closed: Seed, Static and Fair. The engine derives each
+// client's share on its own, from a plan's compact parameters and the
+// client's demand (params, capOf), which only these policies define.
 type Policy interface {
 	Name() string
 	Allocate(dst []int64, capacity int64, demands []float64) []int64
+	params(capacity int64, demands, weights []float64) policyParams
+	capOf(p *policyParams, demand float64) float64
 }
 
 // Seed is the adaptive borrowing policy: clients that used less than their
@@ -99,15 +102,9 @@ func (Static) capOf(pp *policyParams, _ float64) float64 { return pp[0] }
 // client's cap. They travel in the plan key, so their size is fixed.
 type policyParams [5]float64
 
-// compactPolicy is a Policy whose shares can be derived one client at a
-// time. The engine needs it: a worker computes a client's share lazily,
-// from the plan's parameters and that client's own demand. Seed and Static
-// implement it.
-type compactPolicy interface {
-	Policy
-	params(capacity int64, demands, weights []float64) policyParams
-	capOf(p *policyParams, demand float64) float64
-}
+// compactPolicy is a Policy seen from the engine: its shares derive one
+// client at a time, from the plan's parameters and that client's demand.
+type compactPolicy = Policy
 
 // allocateCompact is Allocate for a compact policy: every client's
 // real-valued cap from the policy's parameters, then largest-remainder

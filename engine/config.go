@@ -33,9 +33,9 @@ type Config struct {
 	WindowOffset time.Duration
 	// Reservation is the seed policy's reservation fraction, in [0, 1].
 	Reservation float64
-	// Policy computes shares; nil means Seed{Reservation}. It must be Seed,
-	// Static or Fair: the engine derives each client's share from the policy's
-	// compact parameters (see compactPolicy).
+
+	// Policy computes shares: Seed (nil means Seed{Reservation}), Static or
+	// Fair, the closed set of policies (see Policy).
 	Policy Policy
 	// Pace spreads the capacity over the window (pacing.go): a client may
 	// spend Burst of its share at once and the rest accrues linearly, and
@@ -114,8 +114,6 @@ func (c Config) Validate() error {
 		return fieldErr("cycle", "must be in [%s, %s], got %s", MinCycleLength, MaxCycle, c.Cycle)
 	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
-	case !isCompact(c.Policy):
-		return fieldErr("policy", "must be engine.Seed, engine.Static or engine.Fair, got %s", c.Policy.Name())
 	case math.IsNaN(c.Burst) || c.Burst < 0 || c.Burst > 1:
 		return fieldErr("burst", "must be in [0, 1], got %v", c.Burst)
 	case validateWeights(c.Weights) != nil:
@@ -134,19 +132,9 @@ func (c Config) Validate() error {
 	return c.validateFleet()
 }
 
-func (c Config) policy() compactPolicy {
+func (c Config) policy() Policy {
 	if c.Policy != nil {
-		if p, ok := c.Policy.(compactPolicy); ok {
-			return p
-		}
+		return c.Policy
 	}
 	return Seed{Reservation: c.Reservation}
-}
-
-func isCompact(p Policy) bool {
-	if p == nil {
-		return true
-	}
-	_, ok := p.(compactPolicy)
-	return ok
 }
