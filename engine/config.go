@@ -33,7 +33,6 @@ type Config struct {
 	WindowOffset time.Duration
 	// Reservation is the seed policy's reservation fraction, in [0, 1].
 	Reservation float64
-
 	// Policy computes shares: Seed (nil means Seed{Reservation}), Static or
 	// Fair, the closed set of policies (see Policy).
 	Policy Policy
