@@ -111,6 +111,8 @@ func (c Config) Validate() error {
 		return fieldErr("capacity", "must be an integer in [1, %d], got %d", int64(MaxCapacity), c.Capacity)
 	case c.Cycle < MinCycleLength || c.Cycle > MaxCycle:
 		return fieldErr("cycle", "must be in [%s, %s], got %s", MinCycleLength, MaxCycle, c.Cycle)
+	case c.WindowOffset < 0 || c.WindowOffset >= c.Cycle:
+		return fieldErr("window_offset", "must be in [0s, cycle=%s), got %s", c.Cycle, c.WindowOffset)
 	case math.IsNaN(c.Reservation) || c.Reservation < 0 || c.Reservation > 1:
 		return fieldErr("reservation", "must be in [0, 1], got %v", c.Reservation)
 	case math.IsNaN(c.Burst) || c.Burst < 0 || c.Burst > 1:
