@@ -11,7 +11,7 @@ import (
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
-// These tests run the fields of issue 14 (policy, burst, weights) in a real
+// These tests run the policy, burst and weights fields in a real
 // Envoy with two workers: docs/contract.md, "The fair policy, pacing and
 // weights".
 

@@ -4,7 +4,7 @@ import (
 	"math"
 )
 
-// Fair is the work-conserving policy (issue 14). Every counted client may
+// Fair is the work-conserving policy. Every counted client may
 // take up to the whole capacity; what bounds it is when it asks, in three
 // tiers (borrowGate):
 //

@@ -4,7 +4,7 @@ import (
 	"math"
 )
 
-// Pacing (Config.Pace, issue 14) spreads a limit's capacity over the
+// Pacing (Config.Pace) spreads a limit's capacity over the
 // window instead of letting it all go at the window's start. Two rules,
 // both pure functions of explicit times:
 //

@@ -218,7 +218,7 @@ func TestFloodOfNewIDsDoesNotEvictOrSlowHonestClients(t *testing.T) {
 	}
 }
 
-// The flood of issue 10 against clients that want more than the capacity:
+// A flood of one-shot ids against clients that want more than the capacity:
 // 100,000 distinct one-shot ids over three windows, max_clients 10,000,
 // and four heavy known clients asking twice their share all along. In
 // every window, the flood's included, each known client is admitted at

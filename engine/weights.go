@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// Weights (Config.Weights, issue 14) turn equal shares into weighted ones
+// Weights (Config.Weights) turn equal shares into weighted ones
 // in every policy. A client of weight w counts as w clients of weight 1
 // with the same demand per unit: its default share is w × C/W (W the
 // total weight of the counted clients), its seed reservation w × the

@@ -8,7 +8,7 @@ import (
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
-// This file parses the fields of issue 14 (docs/contract.md, "The fair
+// This file parses the policy, burst and weights fields (docs/contract.md, "The fair
 // policy, pacing and weights"): policy, burst and weights, strictly like
 // the others: a wrong type, a null or a value out of range is refused with
 // the field's name.

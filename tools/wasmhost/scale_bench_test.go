@@ -11,7 +11,7 @@ import (
 
 // BenchmarkScale runs the compiled plugin on scaleVMs VMs with 1k, 10k and
 // 100k registered clients (max_clients set to that number, so the table is
-// full) and measures what issue 10 bounds:
+// full) and measures what the newcomer rules bound:
 //
 //	known     a request from a registered client, rotating over all of them
 //	newcomer  a request from an id never seen before (the table is full, so
