@@ -415,16 +415,24 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 // plan, or a newcomer to register. A newcomer enters the table unproven
 // and is counted by a re-plan its own request makes, if one is allowed
 // now; otherwise it waits, and asking again proves it, so that the next
-// re-plan counts it (see registered). Repeats of a newcomer this worker
-// just refused, or told to wait once proven, touch no shared state.
+// re-plan counts it (see registered). A newcomer this worker refused in
+// the window (table_full) that asks again has proven itself too: it takes
+// table room, but none of the places a flood of one-shot ids fills, so a
+// genuine client is counted by the next re-plan whatever the flood. Its
+// repeats while the table is full, and repeats of a newcomer told to wait
+// once proven, touch no shared state.
 func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	r := l.reg
 	defer r.forgetRead() // find's read serves this request only
-	if id, ok := r.refused[h]; ok && id == r.view.id {
-		return l.tableFull(t)
+	refusedBefore := false
+	if w, ok := r.refused[h]; ok && w == r.view.window {
+		if int(r.view.n)+int(r.view.pending) >= l.cfg.MaxClients {
+			return l.tableFull(t)
+		}
+		refusedBefore = true
 	}
-	if l.closedTo(t, h) {
-		return l.tableFull(t)
+	if !refusedBefore && l.closedTo(t, h) {
+		return l.refuse(t, h)
 	}
 	if m, ok := r.waiting[h]; ok && m.plan == r.view.id && m.proven && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
 		// Proven and told to wait under this plan, and no re-plan can be
@@ -468,6 +476,10 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	case found && waitingUnproven(&e):
 		// It asked again: proven. The next re-plan counts it.
 		err = r.prove(e, t)
+	case !found && refusedBefore && r.view.id != 0:
+		// Refused before in this window, and it asked again: proven.
+		k := r.view.window
+		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t)
 	case found && !registered(&e, &r.view):
 		// Proven already, waiting for the next re-plan.
 	default: // new, or returning after expiry
@@ -534,7 +546,7 @@ func (l *Limiter) refuse(t int64, h uint64) Decision {
 	if len(l.reg.refused) >= localCacheMax {
 		clear(l.reg.refused)
 	}
-	l.reg.refused[h] = l.reg.view.id
+	l.reg.refused[h] = l.reg.view.window
 	return l.tableFull(t)
 }
 

@@ -32,7 +32,7 @@ type registry struct {
 
 	clients map[uint64]*clientState // counted clients this worker has seen
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
-	refused map[uint64]uint64       // newcomers told "table_full" -> plan id then
+	refused map[uint64]int64        // newcomers told "table_full" -> window then
 
 	budgetRoll uint64 // the budget's roll id at the last plan
 
@@ -106,7 +106,7 @@ func newRegistry(cfg *Config, store Store, obs Observer) *registry {
 		keys:      make([]string, nb),
 		clients:   make(map[uint64]*clientState),
 		waiting:   make(map[uint64]waitMark),
-		refused:   make(map[uint64]uint64),
+		refused:   make(map[uint64]int64),
 	}
 }
 
@@ -141,11 +141,11 @@ func (r *registry) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(
 func (r *registry) adopt(p plan, cas uint32) {
 	if p.id != r.view.id {
 		clear(r.waiting)
-		clear(r.refused)
 		if !marksCarry(&r.view, &p) {
 			r.marksFrom = p.id
 		}
 		if p.window != r.view.window {
+			clear(r.refused) // (a refusal proves a repeat within its window)
 			for h, cs := range r.clients {
 				if cs.window < p.window-1 || cs.window > p.window {
 					delete(r.clients, h)

@@ -606,3 +606,55 @@ func TestConfigsWithDifferentCyclesHonourEachOthersWindows(t *testing.T) {
 		}
 	}
 }
+
+// A genuine newcomer is not locked out by a flood of one-shot ids: refused
+// (table_full) while the flood holds its home bucket's places for
+// newcomers, it asks again a second later and is proven, and the next
+// re-plan counts it: admitted within min_cycle + 1 s of its first request.
+func TestGenuineNewcomerGetsInDuringAFlood(t *testing.T) {
+	cfg := testConfig() // 40 per 10 s, min_cycle 1 s
+	cfg.Capacity = 1000
+	cfg.MaxClients = 1000
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c", "d"); err != nil {
+		t.Fatal(err)
+	}
+	// 300 one-shot ids a second for 5 s: more than the 64 buckets' 12
+	// places for newcomers each.
+	at, n := t0, 0
+	flood := func(until time.Time) {
+		for ; at.Before(until); at = at.Add(time.Second / 300) {
+			l.AdmitAt(at, fmt.Sprintf("flood-%d", n))
+			n++
+		}
+	}
+	flood(t0.Add(5 * time.Second))
+	// A newcomer whose home bucket the flood filled.
+	var genuine string
+	for i := 0; i < 1000 && genuine == ""; i++ {
+		id := fmt.Sprintf("genuine-%d", i)
+		if d := l.AdmitAt(at, id); d.Reason == ReasonTableFull {
+			genuine = id
+		} else if d.Allowed {
+			t.Fatalf("%s admitted at once during the flood: %+v (the flood did not fill its bucket)", id, d)
+		}
+	}
+	if genuine == "" {
+		t.Fatal("no newcomer was refused table_full: the flood filled no bucket")
+	}
+	first := at
+	flood(first.Add(time.Second))
+	d := l.AdmitAt(at, genuine) // asks again: proven, counted by the next re-plan
+	if !d.Allowed {
+		if d.Reason != ReasonPending || d.RetryAfter > cfg.MinCycle {
+			t.Fatalf("second request: %+v, want admitted, or pending for at most min_cycle %s", d, cfg.MinCycle)
+		}
+		flood(at.Add(d.RetryAfter))
+		if d = l.AdmitAt(at, genuine); !d.Allowed || d.Reason != ReasonOK {
+			t.Fatalf("after the retry-after: %+v, want admitted", d)
+		}
+	}
+	if waited := at.Sub(first); waited > cfg.MinCycle+time.Second+time.Second/100 {
+		t.Fatalf("admitted %s after its first request, want at most min_cycle + 1 s", waited)
+	}
+}
