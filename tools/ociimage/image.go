@@ -27,6 +27,14 @@ const (
 // the file of that name from the image's only layer.
 const CompatFile = "plugin.wasm"
 
+// The annotation that names an image's shape in the Wasm image spec; the
+// compat image carries it on its manifest, as buildah's
+// `--annotation module.wasm.image/variant=compat` would.
+const (
+	VariantAnnotation = "module.wasm.image/variant"
+	CompatVariant     = "compat"
+)
+
 // Variant is one of the two image shapes Istio's WasmPlugin accepts.
 type Variant struct {
 	Name  string // directory under the output, and what the tool prints
@@ -64,7 +72,7 @@ func WasmArtifact(module []byte) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newImage(types.OCIManifestSchema1, WasmConfigType, cfg,
+	return newImage(types.OCIManifestSchema1, WasmConfigType, cfg, nil,
 		static.NewLayer(module, WasmLayerType),
 		static.NewLayer(cfg, WasmConfigType))
 }
@@ -116,6 +124,7 @@ func CompatImage(module []byte) (v1.Image, error) {
 		return nil, err
 	}
 	return newImage(types.OCIManifestSchema1, types.OCIConfigJSON, cfg,
+		map[string]string{VariantAnnotation: CompatVariant},
 		static.NewLayer(zipped.Bytes(), types.OCILayer))
 }
 
@@ -131,10 +140,11 @@ type image struct {
 	layers     map[v1.Hash]v1.Layer
 }
 
-func newImage(mt, configType types.MediaType, config []byte, layers ...v1.Layer) (v1.Image, error) {
+func newImage(mt, configType types.MediaType, config []byte, annotations map[string]string, layers ...v1.Layer) (v1.Image, error) {
 	m := v1.Manifest{
 		SchemaVersion: 2,
 		MediaType:     mt,
+		Annotations:   annotations,
 		Config: v1.Descriptor{
 			MediaType: configType,
 			Size:      int64(len(config)),

@@ -273,6 +273,28 @@ func TestArtifactShape(t *testing.T) {
 	}
 }
 
+// The compat image names its shape on its manifest, as the Wasm image spec
+// asks; the artifact, whose media types say what it is, does not.
+func TestCompatAnnotation(t *testing.T) {
+	for _, v := range Variants {
+		img, err := v.Build([]byte("\x00asm\x01\x00\x00\x00"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := img.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := m.Annotations[VariantAnnotation], ""
+		if v.Name == "compat" {
+			want = CompatVariant
+		}
+		if got != want {
+			t.Errorf("%s: annotation %s = %q, want %q", v.Name, VariantAnnotation, got, want)
+		}
+	}
+}
+
 // TestReproducible checks what lets the docs quote a digest printed before
 // the push: the same module gives the same manifests, and another module
 // another one.
