@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"testing"
@@ -84,6 +86,60 @@ func TestIstioWasmPlugin(t *testing.T) {
 	}
 	b := localBootstrap(t, string(raw))
 	validateOK(t, b, "wasmplugin")
+}
+
+// TestIstioWasmPluginMTLS checks the sidecar example that limits callers
+// by their SPIFFE id: a WasmPlugin on the inbound side with client_id from
+// peer_principal, and the STRICT PeerAuthentication beside it. Its
+// pluginConfig goes through the compiled plugin like wasmplugin.yaml's.
+func TestIstioWasmPluginMTLS(t *testing.T) {
+	docs := loadIstioDocs(t, "wasmplugin-mtls.yaml")
+	if len(docs) != 2 {
+		t.Fatalf("%d documents, want the WasmPlugin and the PeerAuthentication", len(docs))
+	}
+	plugin, auth := docs[0], docs[1]
+	wantField(t, plugin, "WasmPlugin", "kind")
+	wantField(t, plugin, "HTTP", "spec", "type")
+	wantField(t, plugin, "SERVER", "spec", "match", 0, "mode")
+	wantField(t, plugin, "peer_principal", "spec", "pluginConfig", "client_id", "from")
+	if sum, _ := field(t, plugin, "spec", "sha256").(string); !sha256Hex.MatchString(sum) {
+		t.Errorf("spec.sha256 = %q, want 64 lower-case hex digits", sum)
+	}
+	wantField(t, auth, "PeerAuthentication", "kind")
+	wantField(t, auth, "STRICT", "spec", "mtls", "mode")
+	if !reflect.DeepEqual(field(t, plugin, "spec", "selector"), field(t, auth, "spec", "selector")) {
+		t.Error("the WasmPlugin and the PeerAuthentication select different workloads")
+	}
+	raw, err := json.Marshal(field(t, plugin, "spec", "pluginConfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateOK(t, localBootstrap(t, string(raw)), "wasmplugin-mtls")
+}
+
+// loadIstioDocs reads every YAML document of a file under envoy/istio.
+func loadIstioDocs(t *testing.T, name string) []map[string]any {
+	t.Helper()
+	root, err := envoyrun.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(root, "envoy", "istio", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var docs []map[string]any
+	dec := yaml.NewDecoder(f)
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err == io.EOF {
+			return docs
+		} else if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		docs = append(docs, doc)
+	}
 }
 
 func TestIstioEnvoyFilter(t *testing.T) {

@@ -207,6 +207,92 @@ func (b *Bootstrap) SetMaxRequestHeadersKB(kb int) error {
 	return nil
 }
 
+// SetIngressHCM sets one field of the ingress HTTP connection manager
+// (e.g. use_remote_address, xff_num_trusted_hops). Like the other edits of
+// the ingress, it changes its first filter chain: call AddIngressTLSChain
+// last, so that the TLS chain copies the edited one.
+func (b *Bootstrap) SetIngressHCM(field string, value any) error {
+	hcm, err := b.ingressHCM()
+	if err != nil {
+		return err
+	}
+	hcm[field] = value
+	return nil
+}
+
+// InsertHTTPFilterBeforeWasm puts filter (its name/typed_config map) in the
+// ingress filter chain just before the Wasm filter, where a filter whose
+// results the plugin reads (jwt_authn's dynamic metadata) must run.
+func (b *Bootstrap) InsertHTTPFilterBeforeWasm(filter map[string]any) error {
+	hcm, err := b.ingressHCM()
+	if err != nil {
+		return err
+	}
+	filters, ok := hcm["http_filters"].([]any)
+	if !ok {
+		return errors.New("ingress has no http_filters list")
+	}
+	for i, f := range filters {
+		if m, ok := f.(map[string]any); ok && m["name"] == WasmFilterName {
+			out := append(append(append([]any{}, filters[:i]...), filter), filters[i:]...)
+			hcm["http_filters"] = out
+			return nil
+		}
+	}
+	return fmt.Errorf("ingress has no %s filter", WasmFilterName)
+}
+
+// AddIngressTLSChain makes the ingress listener serve TLS beside plaintext,
+// as an Istio sidecar in permissive mode does: a TLS inspector tells the
+// two apart, and a second filter chain, a copy of the first with
+// transportSocket (an envoy.transport_sockets.tls entry), takes the TLS
+// connections. Both chains run the same filters, so one limit sees both.
+func (b *Bootstrap) AddIngressTLSChain(transportSocket map[string]any) error {
+	l, err := b.listener(IngressListener)
+	if err != nil {
+		return err
+	}
+	chains, ok := l["filter_chains"].([]any)
+	if !ok || len(chains) == 0 {
+		return errors.New("ingress has no filter chain")
+	}
+	tlsChain, ok := clone(chains[0]).(map[string]any)
+	if !ok {
+		return errors.New("ingress filter chain is not a map")
+	}
+	tlsChain["filter_chain_match"] = map[string]any{"transport_protocol": "tls"}
+	tlsChain["transport_socket"] = transportSocket
+	l["filter_chains"] = append(chains, tlsChain)
+	inspector := map[string]any{
+		"name": "envoy.filters.listener.tls_inspector",
+		"typed_config": map[string]any{
+			"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
+		},
+	}
+	lf, _ := l["listener_filters"].([]any)
+	l["listener_filters"] = append(lf, inspector)
+	return nil
+}
+
+// clone deep-copies a decoded YAML document.
+func clone(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = clone(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = clone(e)
+		}
+		return out
+	}
+	return v
+}
+
 func (b *Bootstrap) listener(name string) (map[string]any, error) {
 	return named(b.root, name, "static_resources", "listeners")
 }

@@ -81,3 +81,63 @@ func TestReplaceWasmFilter(t *testing.T) {
 		t.Error("removing a missing Wasm filter should fail")
 	}
 }
+
+// TestIdentityEdits: the edits of e2e/identity_test.go put jwt_authn before
+// the Wasm filter, set connection manager fields, and add a TLS chain that
+// copies the edited plaintext one.
+func TestIdentityEdits(t *testing.T) {
+	b, err := DefaultBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetIngressHCM("use_remote_address", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.InsertHTTPFilterBeforeWasm(map[string]any{"name": "envoy.filters.http.jwt_authn"}); err != nil {
+		t.Fatal(err)
+	}
+	tls := map[string]any{"name": "envoy.transport_sockets.tls"}
+	if err := b.AddIngressTLSChain(tls); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.listener(IngressListener)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains := l["filter_chains"].([]any)
+	if len(chains) != 2 {
+		t.Fatalf("%d filter chains, want 2", len(chains))
+	}
+	for i, c := range chains {
+		hcm, err := Leaf(c, "filters", 0, "typed_config")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, f := range hcm.(map[string]any)["http_filters"].([]any) {
+			names = append(names, f.(map[string]any)["name"].(string))
+		}
+		if got := strings.Join(names, " "); got != "envoy.filters.http.jwt_authn "+WasmFilterName+" envoy.filters.http.router" {
+			t.Errorf("chain %d filters: %s", i, got)
+		}
+		if hcm.(map[string]any)["use_remote_address"] != true {
+			t.Errorf("chain %d: use_remote_address not set", i)
+		}
+	}
+	if _, ok := chains[0].(map[string]any)["transport_socket"]; ok {
+		t.Error("the plaintext chain got the transport socket")
+	}
+	if m, _ := Leaf(chains[1], "filter_chain_match", "transport_protocol"); m != "tls" {
+		t.Errorf("TLS chain match = %v", m)
+	}
+	if v, _ := Leaf(l, "listener_filters", 0, "name"); v != "envoy.filters.listener.tls_inspector" {
+		t.Errorf("listener filter = %v", v)
+	}
+	// The copy is deep: editing the first chain leaves the second alone.
+	if err := b.SetIngressHCM("xff_num_trusted_hops", 1); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := Leaf(chains[1], "filters", 0, "typed_config", "xff_num_trusted_hops"); v != nil {
+		t.Errorf("the TLS chain shares the first chain's maps")
+	}
+}

@@ -32,7 +32,11 @@ func (s HeaderStyle) String() string { return styleNames[s] }
 // in and the engine's Config derived from it. The single-limit form of the
 // plugin configuration is one Config whose Match is empty.
 type Config struct {
-	ClientHeader     string // lower-cased: Envoy looks headers up lower-cased
+	// ClientID is where the client id comes from (clientid.go).
+	ClientID ClientIDSpec
+	// ClientHeader is ClientID.Header: the header of the header source,
+	// lower-cased; empty for the other sources.
+	ClientHeader     string
 	Passthrough      bool
 	HeadersOnAllowed bool
 	RateLimitHeaders HeaderStyle
@@ -79,6 +83,7 @@ type rawConfig struct {
 	Cycle            json.RawMessage `json:"cycle"`
 	Reservation      json.RawMessage `json:"reservation"`
 	ClientHeader     json.RawMessage `json:"client_header"`
+	ClientID         json.RawMessage `json:"client_id"`
 	Mode             json.RawMessage `json:"mode"`
 	MaxClients       json.RawMessage `json:"max_clients"`
 	IdleCycles       json.RawMessage `json:"idle_cycles"`
@@ -186,7 +191,8 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	ec.Reservation = p.number("reservation", raw.Reservation, ec.Reservation, 0, 1)
 	cfg := Config{Engine: ec}
 	p.policyFields(raw, &cfg.Engine)
-	cfg.ClientHeader = p.headerName("client_header", raw.ClientHeader, DefaultClientHeader)
+	cfg.ClientID = p.clientID(raw)
+	cfg.ClientHeader = cfg.ClientID.Header
 	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
 	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
 	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
@@ -309,6 +315,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Reservation
 	case "client_header":
 		return &r.ClientHeader
+	case "client_id":
+		return &r.ClientID
 	case "mode":
 		return &r.Mode
 	case "max_clients":

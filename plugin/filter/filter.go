@@ -103,18 +103,47 @@ func (f *Filter) Match(req Request) int {
 }
 
 // Decide matches one request and, when a limit matches, admits or rejects
-// it there, charging the limit's cost. An anonymous request (client header
-// missing or unusable) has the empty id, to which the engine applies the
-// mode (passthrough admits) and counts nothing.
+// it there, charging the limit's cost. An anonymous request (no usable id
+// from the limit's source) has the empty id, to which the engine applies
+// the mode (passthrough admits) and counts nothing. An ambiguous one (the
+// id header sent more than once) is decided as anonymous and reported as
+// ambiguous_id.
 func (f *Filter) Decide(req Request) Outcome {
 	i := f.Match(req)
 	if i < 0 || f.limits[i].limiter == nil {
 		return Outcome{Limit: -1}
 	}
 	l := &f.limits[i]
-	value, found := req.Header(l.cfg.ClientHeader)
-	id, _ := ClientID(value, found, l.cfg.MaxClientIDBytes)
-	return Outcome{Limit: i, Decision: l.limiter.AdmitNAt(f.clock.Now(), id, l.cfg.Cost), Client: id}
+	id, verdict := RequestClientID(&l.cfg.ClientID, req, l.cfg.MaxClientIDBytes)
+	d := l.limiter.AdmitNAt(f.clock.Now(), id, l.cfg.Cost)
+	if verdict == IDAmbiguous {
+		d.Reason = engine.ReasonAmbiguousID
+	}
+	return Outcome{Limit: i, Decision: d, Client: id}
+}
+
+// RequestClientID reads the id of spec's source from req: the id, or the
+// empty string with why there is none.
+func RequestClientID(spec *ClientIDSpec, req Request, maxBytes int) (string, Verdict) {
+	if spec.From == FromHeader {
+		first, copies := req.HeaderCopies(spec.Header)
+		return HeaderID(first, copies, maxBytes)
+	}
+	value, found := req.Property(spec.Property)
+	var id string
+	var ok bool
+	switch spec.From {
+	case FromSourceAddress:
+		id, ok = AddressID(value, found, maxBytes)
+	case FromPeerPrincipal:
+		id, ok = PrincipalID(value, found, maxBytes)
+	default:
+		id, ok = MetadataID(value, found, maxBytes)
+	}
+	if !ok {
+		return "", IDMissing
+	}
+	return id, IDFound
 }
 
 // FailSafe is the decision when Decide could not finish (a panic below it):
@@ -200,10 +229,10 @@ func limitSummary(c *Config) string {
 		mode = "passthrough"
 	}
 	e := &c.Engine
-	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client header %q, mode %s, "+
+	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client id from %s, mode %s, "+
 		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, failure_mode_deny %t, headers %s (on allowed: %t), "+
 		"status %d, max_client_id_bytes %d, debug_headers %t, access_log %t, log_client_id %t",
-		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientHeader, mode,
+		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientID.String(), mode,
 		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
 		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.AccessLog, c.LogClientID)
 }

@@ -39,11 +39,20 @@ func (m *Match) IsZero() bool {
 }
 
 // Request is what matching and admission read of a request: its headers,
-// pseudo-headers (":path", ":method") included, by lower-case name. The
-// host reads them from Envoy on demand, so a header no limit needs is
-// never read.
+// pseudo-headers (":path", ":method") included, by lower-case name, and
+// the host properties a client id source names. The host reads them from
+// Envoy on demand, so a header or property no limit needs is never read.
 type Request interface {
+	// Header is the first value of the header name.
 	Header(name string) (value string, found bool)
+	// HeaderCopies is the first value of the header name and the number of
+	// times the header appears in the request (0 when absent).
+	HeaderCopies(name string) (first string, copies int)
+	// Property is the value of the host property at path, its elements
+	// joined by NUL bytes (ClientIDSpec.Property); found is false when
+	// the host has no such property. The value is only read during the
+	// call of Decide.
+	Property(path string) (value []byte, found bool)
 }
 
 // requestLine is the path and method of one request, read once and only
@@ -160,9 +169,15 @@ func parseElement(own, top *rawConfig, at string) (Config, error) {
 }
 
 // inherit is own with every field it does not give taken from top.
+// client_header and client_id are two spellings of one setting: a limit
+// that gives either takes neither from the top level.
 func inherit(own, top *rawConfig) rawConfig {
 	merged := *own
+	ownsID := own.ClientHeader != nil || own.ClientID != nil
 	for _, name := range inheritedFields {
+		if ownsID && (name == "client_header" || name == "client_id") {
+			continue
+		}
 		if dst := merged.field(name); *dst == nil {
 			*dst = *top.field(name)
 		}
@@ -173,7 +188,7 @@ func inherit(own, top *rawConfig) rawConfig {
 // inheritedFields are the fields a limit takes from the top level when it
 // does not give them.
 var inheritedFields = []string{
-	"capacity", "cycle", "reservation", "client_header", "mode", "max_clients", "idle_cycles",
+	"capacity", "cycle", "reservation", "client_header", "client_id", "mode", "max_clients", "idle_cycles",
 	"min_cycle", "window_offset", "failure_mode_deny", "rate_limit_headers", "headers_on_allowed", "status_code",
 	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "fleet",
 }

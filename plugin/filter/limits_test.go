@@ -57,6 +57,11 @@ func (r *countingRequest) Header(name string) (string, bool) {
 	return r.headers.Header(name)
 }
 
+func (r *countingRequest) HeaderCopies(name string) (string, int) {
+	r.read = append(r.read, name)
+	return r.headers.HeaderCopies(name)
+}
+
 func TestMatchReadsOnlyWhatLimitsNeed(t *testing.T) {
 	cases := []struct {
 		config string

@@ -22,13 +22,14 @@ const (
 )
 
 // rejectionBodies are the one-line bodies of local replies, one per reason.
-// The anonymous body names the configured header, so it is built per config.
+// The anonymous body names the configured source, so it is built per config.
 var rejectionBodies = map[engine.Reason]string{
 	engine.ReasonOverLimit:    "borrowcycle: over_limit: this client used its share for the current cycle",
 	engine.ReasonPending:      "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	engine.ReasonTableFull:    "borrowcycle: table_full: too many distinct clients",
 	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",
 	engine.ReasonContended:    "borrowcycle: contended: limiter state busy; retry after the retry-after delay",
+	engine.ReasonAmbiguousID:  "borrowcycle: ambiguous_id: the client id header appears more than once",
 }
 
 // Reply is a local reply: what the host sends instead of forwarding the
@@ -77,7 +78,7 @@ func newResponder(cfg *Config) responder {
 	for reason, body := range rejectionBodies {
 		r.bodies[reason] = []byte(body + "\n")
 	}
-	r.bodies[engine.ReasonAnonymous] = []byte("borrowcycle: anonymous: missing or invalid client id header " + strconv.Quote(cfg.ClientHeader) + "\n")
+	r.bodies[engine.ReasonAnonymous] = []byte(cfg.ClientID.anonymousBody() + "\n")
 	return r
 }
 
@@ -85,7 +86,7 @@ func newResponder(cfg *Config) responder {
 func (r *responder) reply(d engine.Decision) Reply {
 	r.buf = r.buf[:0]
 	h := append(r.headers[:0], [2]string{hdrReason, d.Reason.String()})
-	if d.Reason != engine.ReasonAnonymous {
+	if !unidentified(d.Reason) {
 		h = append(h,
 			[2]string{hdrRateLimited, "true"},
 			[2]string{hdrRetryAfter, r.int(retryAfterSeconds(d.RetryAfter))})
@@ -118,7 +119,14 @@ func (r *responder) responseHeaders(d engine.Decision) [][2]string {
 // failure admitted by failure_mode_deny=false, or an anonymous request in
 // passthrough mode. Headers there would claim a limit of 0.
 func reportsShare(d engine.Decision) bool {
-	return d.Reason != engine.ReasonStoreFailure && d.Reason != engine.ReasonAnonymous
+	return d.Reason != engine.ReasonStoreFailure && !unidentified(d.Reason)
+}
+
+// unidentified reports whether a decision was made without a client id
+// (anonymous, ambiguous_id): it has no share to report, and no retry-after,
+// since retrying the same request cannot help.
+func unidentified(r engine.Reason) bool {
+	return r == engine.ReasonAnonymous || r == engine.ReasonAmbiguousID
 }
 
 func (r *responder) appendRateLimit(h [][2]string, d engine.Decision) [][2]string {

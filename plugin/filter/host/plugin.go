@@ -203,14 +203,26 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	return h.carryOut(o)
 }
 
-// requestHeaders reads the current request's headers from the host, on
-// demand. It has no fields, so passing it as a filter.Request allocates
-// nothing.
+// requestHeaders reads the current request's headers and properties from
+// the host, on demand. It has no fields, so passing it as a filter.Request
+// allocates nothing.
 type requestHeaders struct{}
 
 // Header implements filter.Request.
 func (requestHeaders) Header(name string) (string, bool) {
 	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
+}
+
+// HeaderCopies implements filter.Request. proxy_get_header_map_value
+// returns only the first of several copies of a header, so it cannot tell
+// one copy from two; the whole map can, at the price of copying every
+// header into the guest once (headers_wasm.go, headers_other.go).
+func (requestHeaders) HeaderCopies(name string) (string, int) { return headerCopies(name) }
+
+// Property implements filter.Request (property_wasm.go, property_other.go).
+func (requestHeaders) Property(path string) ([]byte, bool) {
+	v, err := getProperty(path)
 	return v, err == nil
 }
 

@@ -3,6 +3,8 @@
 package host
 
 import (
+	"strings"
+
 	"github.com/borrowcycle/borrowcycle/plugin/filter"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
@@ -16,4 +18,10 @@ func setAccessLog(record []byte) error {
 		return nil
 	}
 	return proxywasm.SetProperty(accessLogPath, record)
+}
+
+// getProperty reads the property at path (its elements joined by NUL)
+// through the SDK.
+func getProperty(path string) ([]byte, error) {
+	return proxywasm.GetProperty(strings.Split(path, "\x00"))
 }

@@ -5,6 +5,7 @@ package host
 import (
 	"errors"
 	"strconv"
+	"unsafe"
 
 	"github.com/borrowcycle/borrowcycle/plugin/filter"
 )
@@ -28,3 +29,26 @@ func setAccessLog(record []byte) error {
 
 //go:wasmimport env proxy_set_property
 func proxySetProperty(path *byte, pathSize int32, value *byte, valueSize int32) uint32
+
+// getProperty reads the property at path (its elements joined by NUL, the
+// ABI's encoding) with proxy_get_property. It calls the ABI itself, not
+// the SDK's GetProperty, which encodes the path anew (an allocation) on
+// every request. The value is in memory the host allocated in the guest
+// for this call.
+func getProperty(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("empty property path")
+	}
+	var data *byte
+	var size int32
+	if st := proxyGetProperty(unsafe.StringData(path), int32(len(path)), unsafe.Pointer(&data), &size); st != 0 {
+		return nil, errors.New("proxy_get_property: status " + strconv.FormatUint(uint64(st), 10))
+	}
+	if data == nil || size == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice(data, size), nil
+}
+
+//go:wasmimport env proxy_get_property
+func proxyGetProperty(path *byte, pathSize int32, value unsafe.Pointer, valueSize *int32) uint32

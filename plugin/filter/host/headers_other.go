@@ -1,0 +1,25 @@
+//go:build !wasm
+
+package host
+
+import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+
+// headerCopies is the first value of the request header name and the
+// number of its copies, through the SDK: natively the host is the SDK's
+// emulator, which has no ABI to call.
+func headerCopies(name string) (string, int) {
+	pairs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return "", 0
+	}
+	first, copies := "", 0
+	for _, kv := range pairs {
+		if kv[0] == name {
+			if copies == 0 {
+				first = kv[1]
+			}
+			copies++
+		}
+	}
+	return first, copies
+}
