@@ -63,7 +63,7 @@ type cycleObs struct {
 // one short cycle to the next are what engine.Allocate computes from the
 // demand the clients actually sent.
 //
-// Demand is counted per cycle by the x-borrowcycle-cycle header of every
+// Demand is counted per cycle by the x-borrowcycle-plan header of every
 // response (admitted or not), which names the cycle the plugin counted the
 // request in. Two things make the plugin's view differ from that count, and
 // the test tolerates exactly those:
@@ -186,7 +186,7 @@ func observeCycles(t *testing.T, tg *target, ids []string, rs []result) map[uint
 		}
 		cyc, err := strconv.ParseUint(cycleOf(t, r), 10, 64)
 		if err != nil {
-			t.Fatalf("x-borrowcycle-cycle %q is not a number: the test orders cycles by it", cycleOf(t, r))
+			t.Fatalf("x-borrowcycle-plan %q is not a number: the test orders cycles by it", cycleOf(t, r))
 		}
 		o := obs[cyc]
 		if o == nil {

@@ -62,7 +62,7 @@ func hammer(tg *target, ids []string, conns int, d time.Duration, maxRequests in
 // small in memory.
 func slim(r result) result {
 	h := http.Header{}
-	for _, k := range []string{"x-borrowcycle-cycle", "x-borrowcycle-reason", "x-ratelimit-limit"} {
+	for _, k := range []string{"x-borrowcycle-plan", "x-borrowcycle-reason", "x-ratelimit-limit"} {
 		if v := r.header.Values(k); len(v) > 0 {
 			h[http.CanonicalHeaderKey(k)] = v
 		}
@@ -78,7 +78,7 @@ func slim(r result) result {
 // sent in an earlier window, Envoy may have decided it before the boundary,
 // so it is marked as an edge admission, which capcheck tolerates on top of
 // the capacity of the window it is counted in. Nothing else is tolerated.
-// Its share period is the cycle the plugin reports in x-borrowcycle-cycle
+// Its share period is the cycle the plugin reports in x-borrowcycle-plan
 // (debug_headers), and its share the x-ratelimit-limit it announced.
 type windowLedger struct {
 	*capcheck.Checker
@@ -106,7 +106,7 @@ func (l windowLedger) admit(t *testing.T, r result) {
 	}
 	period, err := strconv.ParseUint(cycleOf(t, r), 10, 64)
 	if err != nil {
-		t.Fatalf("x-borrowcycle-cycle: %v: %v", err, r)
+		t.Fatalf("x-borrowcycle-plan: %v: %v", err, r)
 	}
 	a.Period, a.Client, a.Share = period, r.client, intHeader(t, r, "x-ratelimit-limit")
 	l.Admit(a)

@@ -136,7 +136,7 @@ func (tg *target) registerAll(t *testing.T, ids []string) {
 
 // Bodies of the rejections, per docs/contract.md.
 var rejectBodies = map[string]string{
-	"over_limit":    "borrowcycle: over_limit: this client used its share for the current cycle",
+	"over_limit":    "borrowcycle: over_limit: this client used its share for the current window",
 	"pending":       "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	"table_full":    "borrowcycle: table_full: too many distinct clients",
 	"store_failure": "borrowcycle: store_failure: limiter state unavailable",
@@ -327,12 +327,12 @@ func atoi(s string) int64 {
 	return n
 }
 
-// cycleOf returns the x-borrowcycle-cycle header (debug_headers).
+// cycleOf returns the x-borrowcycle-plan header (debug_headers).
 func cycleOf(t *testing.T, r result) string {
 	t.Helper()
-	c := r.header.Get("x-borrowcycle-cycle")
+	c := r.header.Get("x-borrowcycle-plan")
 	if c == "" {
-		t.Fatalf("response without x-borrowcycle-cycle although debug_headers is on: %v", r)
+		t.Fatalf("response without x-borrowcycle-plan although debug_headers is on: %v", r)
 	}
 	return c
 }

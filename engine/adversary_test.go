@@ -724,7 +724,7 @@ func TestAdversaryReloads(t *testing.T) {
 			limit := map[cp]int64{}
 			sim.onAdmit = func(_ int, client string, d engine.Decision, cost int64) {
 				if d.Allowed && d.Reason == engine.ReasonOK {
-					k := cp{client, d.Cycle}
+					k := cp{client, d.Plan}
 					admitted[k] += cost
 					limit[k] = max(limit[k], d.Limit)
 				}

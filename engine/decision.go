@@ -79,9 +79,10 @@ type Decision struct {
 	// window for over_limit and table_full, the next allowed re-plan for
 	// pending.
 	RetryAfter time.Duration
-	// Cycle is the id of the share period the request was counted in: the
-	// plan that announced Limit. Plan ids only grow and are never reused.
-	Cycle uint64
+	// Plan is the id of the plan the request was counted in: the one that
+	// announced Limit (its share period). Plan ids only grow and are never
+	// reused.
+	Plan uint64
 	// Window is the aligned window index (see WindowAt) of the plan the
 	// request was decided under.
 	Window int64

@@ -27,7 +27,7 @@
 //     ReasonTableFull and nobody is evicted. Clients idle for more than
 //     IdleCycles windows are forgotten (unproven ones after one).
 //
-// Each plan has an id, never reused, which Decision.Cycle reports: the share
+// Each plan has an id, never reused, which Decision.Plan reports: the share
 // period the request was counted in.
 //
 // # Workers

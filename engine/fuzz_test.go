@@ -39,7 +39,7 @@ func FuzzLimiter(f *testing.F) {
 			n := int64(cost%4) + 1
 			d := l.AdmitNAt(at, c, n)
 			if d.Allowed && d.Reason == ReasonOK {
-				check.Admit(capcheck.Admission{Window: d.Window, Period: d.Cycle, Client: c, Share: d.Limit, Cost: n})
+				check.Admit(capcheck.Admission{Window: d.Window, Period: d.Plan, Client: c, Share: d.Limit, Cost: n})
 			}
 			l.TickAt(at)
 		}

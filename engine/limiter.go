@@ -9,7 +9,7 @@ import (
 // None of them happens per admitted request in steady state. Calls come from
 // the goroutine that calls the Limiter.
 type Observer interface {
-	// Rollover: this worker published plan ev.Cycle (a new window's, or a
+	// Rollover: this worker published plan ev.Plan (a new window's, or a
 	// re-plan of the running window for newcomers).
 	Rollover(ev RolloverEvent)
 	// CASRetry: a compare-and-swap lost a race and was retried.
@@ -27,7 +27,7 @@ type Observer interface {
 
 // RolloverEvent describes a plan this worker published.
 type RolloverEvent struct {
-	Cycle      uint64 // the plan id: the share period it starts
+	Plan       uint64 // the plan id: the share period it starts
 	Window     int64  // the aligned window it plans
 	Early      bool   // the same as Replan (the name predates aligned windows)
 	Replan     bool   // a re-plan of the running window for newcomers
@@ -219,7 +219,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 
 // Snapshot is the plan this worker last read.
 type Snapshot struct {
-	Cycle    uint64    // plan id
+	Plan     uint64    // plan id
 	Window   int64     // aligned window index
 	Start    time.Time // window start
 	Deadline time.Time // window end
@@ -239,7 +239,7 @@ func (l *Limiter) Snapshot() Snapshot {
 	p := &l.reg.view
 	start, end := planWindow(p, &l.cfg)
 	s := Snapshot{
-		Cycle:    p.id,
+		Plan:     p.id,
 		Window:   p.window,
 		Start:    time.Unix(0, start),
 		Deadline: time.Unix(0, end),
@@ -588,7 +588,7 @@ func (l *Limiter) admit(t int64, cs *clientState) Decision {
 		Limit:     cs.share,
 		Remaining: max(0, cs.share-cs.granted) + cs.lease,
 		Reset:     l.untilWindowEnd(t),
-		Cycle:     cs.plan,
+		Plan:      cs.plan,
 		Window:    l.reg.view.window,
 	}
 }
@@ -611,7 +611,7 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	// A request costing more than is left takes nothing: the units stay
 	// the client's, and the headers say so.
 	d.Remaining = max(0, cs.share-cs.granted) + cs.lease
-	d.Cycle = cs.plan
+	d.Plan = cs.plan
 	return d
 }
 
@@ -631,7 +631,7 @@ func (l *Limiter) reject(reason Reason, reset, retryAfter time.Duration) Decisio
 		Reason:      reason,
 		Reset:       reset,
 		RetryAfter:  retryAfter,
-		Cycle:       l.reg.view.id,
+		Plan:        l.reg.view.id,
 		Window:      l.reg.view.window,
 	}
 }
@@ -657,7 +657,7 @@ func (l *Limiter) failure(t, cost int64, err error) Decision {
 		Reason:     ReasonStoreFailure,
 		Reset:      l.untilWindowEnd(t),
 		RetryAfter: time.Second,
-		Cycle:      l.reg.view.id,
+		Plan:       l.reg.view.id,
 		Window:     l.reg.view.window,
 	}
 	if errors.Is(err, ErrRetriesExhausted) {

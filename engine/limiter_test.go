@@ -75,12 +75,12 @@ func TestLimiterRejectionsCarryHeaders(t *testing.T) {
 		t.Fatalf("admitted %d of 41, want the whole capacity 40", admitted)
 	}
 	want := Decision{Allowed: false, WouldReject: true, Reason: ReasonOverLimit, Limit: 40,
-		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Cycle: d.Cycle, Window: d.Window}
+		Reset: 10*time.Second - 40*time.Millisecond, RetryAfter: 10*time.Second - 40*time.Millisecond, Plan: d.Plan, Window: d.Window}
 	if d != want {
 		t.Fatalf("decision = %+v\nwant       %+v", d, want)
 	}
 	ok := l.AdmitAt(t0.Add(10*time.Second), "solo")
-	if !ok.Allowed || ok.Cycle != d.Cycle+1 || ok.Remaining != ok.Limit-1 {
+	if !ok.Allowed || ok.Plan != d.Plan+1 || ok.Remaining != ok.Limit-1 {
 		t.Fatalf("after the deadline: %+v, want admitted in the next cycle with remaining = limit-1", ok)
 	}
 }
@@ -102,7 +102,7 @@ func TestNewcomerReplansTheRestOfTheWindow(t *testing.T) {
 	send(l, t0, "A", 5)
 	first := l.Snapshot()
 	d := l.AdmitAt(t0.Add(2*time.Second), "B") // after MinCycle
-	if !d.Allowed || d.Cycle != first.Cycle+1 || d.Window != first.Window {
+	if !d.Allowed || d.Plan != first.Plan+1 || d.Window != first.Window {
 		t.Fatalf("newcomer: %+v, want admitted under a re-plan of the same window", d)
 	}
 	s := l.Snapshot()
@@ -162,16 +162,16 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	if d.Allowed || d.Reason != ReasonPending || d.RetryAfter != 700*time.Millisecond {
 		t.Fatalf("decision = %+v, want pending with retry-after 700ms", d)
 	}
-	before := l.Snapshot().Cycle
+	before := l.Snapshot().Plan
 	// A flood of new ids inside MinCycle causes no rollover at all.
 	for i := 0; i < 100; i++ {
 		l.AdmitAt(t0.Add(400*time.Millisecond), fmt.Sprintf("flood-%d", i))
 	}
-	if got := l.Snapshot().Cycle; got != before {
+	if got := l.Snapshot().Plan; got != before {
 		t.Fatalf("cycle moved from %d to %d during MinCycle", before, got)
 	}
 	d = l.AdmitAt(t0.Add(time.Second), "B")
-	if !d.Allowed || d.Cycle != before+1 {
+	if !d.Allowed || d.Plan != before+1 {
 		t.Fatalf("after MinCycle: %+v, want B admitted under the re-plan", d)
 	}
 	// B asked again (proven); the 100 one-shot ids did not: the re-plan
@@ -264,17 +264,17 @@ func TestClockStepsBack(t *testing.T) {
 	// A step back of more than a cycle never opens a window again: the
 	// request counts in the newest window (spent), and is told to come back
 	// when the worker may jump (Cycle + MinCycle).
-	c := l.Snapshot().Cycle
+	c := l.Snapshot().Plan
 	cfg := testConfig()
 	back := t0.Add(-time.Hour)
 	d := l.AdmitAt(back, "A")
-	if d.Allowed || d.Cycle != c || d.RetryAfter > cfg.Cycle+cfg.MinCycle {
+	if d.Allowed || d.Plan != c || d.RetryAfter > cfg.Cycle+cfg.MinCycle {
 		t.Fatalf("after a large step back: %+v, want over_limit in the spent window, retry within %s", d, cfg.Cycle+cfg.MinCycle)
 	}
 	// The window does not move for Cycle + MinCycle of the stepped clock:
 	// the worker opens a new window after it, under a new plan.
 	d = l.AdmitAt(back.Add(cfg.Cycle+cfg.MinCycle), "A")
-	if !d.Allowed || d.Cycle <= c || d.Window <= l.Snapshot().Window-1 {
+	if !d.Allowed || d.Plan <= c || d.Window <= l.Snapshot().Window-1 {
 		t.Fatalf("after Cycle+MinCycle behind: %+v, want a fresh window under a new plan", d)
 	}
 }
@@ -489,8 +489,8 @@ func TestImpossiblePlanIsReset(t *testing.T) {
 	if !d.Allowed {
 		t.Fatalf("a real client behind an impossible plan: %+v", d)
 	}
-	if d.Cycle < planResetJump {
-		t.Fatalf("plan id %d after a reset, want a jump of at least %d", d.Cycle, planResetJump)
+	if d.Plan < planResetJump {
+		t.Fatalf("plan id %d after a reset, want a jump of at least %d", d.Plan, planResetJump)
 	}
 }
 

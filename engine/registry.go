@@ -437,7 +437,7 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (st
 		r.obs.ClockJump(time.Duration(next.shift - cur.shift))
 	}
 	r.obs.Rollover(RolloverEvent{
-		Cycle:      next.id,
+		Plan:       next.id,
 		Window:     next.window,
 		Early:      next.replan,
 		Replan:     next.replan,

@@ -413,7 +413,7 @@ func TestCapacityShrinkMidWindow(t *testing.T) {
 	record := func(c *capcheck.Checker, at time.Time, client string, d Decision) {
 		if d.Allowed && d.Reason == ReasonOK {
 			k, _, _ := WindowAt(at, old.Cycle, 0)
-			c.Admit(capcheck.Admission{Window: k, Period: d.Cycle, Client: client, Share: d.Limit})
+			c.Admit(capcheck.Admission{Window: k, Period: d.Plan, Client: client, Share: d.Limit})
 		}
 	}
 	for i := 0; i < 70; i++ {
@@ -464,12 +464,12 @@ func TestClockSteps(t *testing.T) {
 	admitAt := func(at time.Time) Decision {
 		d := l.AdmitAt(at, "A")
 		if d.Allowed && d.Reason == ReasonOK {
-			check.Admit(capcheck.Admission{Window: d.Window, Period: d.Cycle, Client: "A", Share: d.Limit})
+			check.Admit(capcheck.Admission{Window: d.Window, Period: d.Plan, Client: "A", Share: d.Limit})
 		}
-		if d.Cycle < lastID || d.Window < lastWindow {
-			t.Fatalf("plan id or window went back: %d/%d after %d/%d", d.Cycle, d.Window, lastID, lastWindow)
+		if d.Plan < lastID || d.Window < lastWindow {
+			t.Fatalf("plan id or window went back: %d/%d after %d/%d", d.Plan, d.Window, lastID, lastWindow)
 		}
-		lastID, lastWindow = d.Cycle, d.Window
+		lastID, lastWindow = d.Plan, d.Window
 		return d
 	}
 	first := admitAt(t0.Add(time.Second))
@@ -484,7 +484,7 @@ func TestClockSteps(t *testing.T) {
 		t.Fatalf("right after a large step back: %+v, want the spent window %d", d, first.Window)
 	}
 	d := admitAt(back.Add(cfg.Cycle + cfg.MinCycle))
-	if !d.Allowed || d.Window <= first.Window || d.Cycle <= first.Cycle {
+	if !d.Allowed || d.Window <= first.Window || d.Plan <= first.Plan {
 		t.Fatalf("Cycle+MinCycle after a large step back: %+v, want a new window after %d", d, first.Window)
 	}
 	jumped := d.Window
@@ -507,7 +507,7 @@ func TestAdmitNTakesUnits(t *testing.T) {
 		d := l.AdmitNAt(at, "A", 7)
 		if d.Allowed {
 			admitted += 7
-			check.Admit(capcheck.Admission{Window: d.Window, Period: d.Cycle, Client: "A", Share: d.Limit, Cost: 7})
+			check.Admit(capcheck.Admission{Window: d.Window, Period: d.Plan, Client: "A", Share: d.Limit, Cost: 7})
 		}
 	}
 	if admitted != 35 {
@@ -594,7 +594,7 @@ func TestConfigsWithDifferentCyclesHonourEachOthersWindows(t *testing.T) {
 			l = lb
 		}
 		if d := l.AdmitAt(at, []string{"x", "y"}[i%4/2]); d.Allowed && d.Reason == ReasonOK {
-			perPlan[d.Cycle]++
+			perPlan[d.Plan]++
 		}
 	}
 	if obs.rollovers > 40 {

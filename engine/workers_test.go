@@ -30,7 +30,7 @@ func checkOutcomes(t *testing.T, cfg Config, outs []outcome) *capcheck.Checker {
 	for _, o := range outs {
 		if o.d.Allowed && o.d.Reason == ReasonOK {
 			k, _, _ := WindowAt(o.at, cfg.Cycle, cfg.WindowOffset)
-			c.Admit(capcheck.Admission{Window: k, Period: o.d.Cycle, Client: o.client, Share: o.d.Limit, Cost: max(o.cost, 1)})
+			c.Admit(capcheck.Admission{Window: k, Period: o.d.Plan, Client: o.client, Share: o.d.Limit, Cost: max(o.cost, 1)})
 		}
 	}
 	c.Check(t)
@@ -54,7 +54,7 @@ func tallyOutcomes(t *testing.T, outs []outcome) tally {
 	t.Helper()
 	tl := tally{map[cycleKey]int64{}, map[cycleKey]int64{}, map[cycleKey]int64{}}
 	for _, o := range outs {
-		k := cycleKey{o.d.Cycle, o.client}
+		k := cycleKey{o.d.Plan, o.client}
 		tl.attempts[k]++
 		if o.d.Allowed {
 			tl.admitted[k]++

@@ -29,7 +29,7 @@ func mustFilter(t testing.TB, config string) (*Filter, *enginetest.ManualClock) 
 
 func TestReplyPlans(t *testing.T) {
 	over := engine.Decision{Reason: engine.ReasonOverLimit, WouldReject: true, Limit: 3, Remaining: 0,
-		Reset: 7500 * time.Millisecond, RetryAfter: 7500 * time.Millisecond, Cycle: 4}
+		Reset: 7500 * time.Millisecond, RetryAfter: 7500 * time.Millisecond, Plan: 4}
 	cases := []struct {
 		name, config string
 		d            engine.Decision
@@ -38,12 +38,12 @@ func TestReplyPlans(t *testing.T) {
 		{"over_limit", `{"capacity": 3, "cycle": "10s"}`, over, Reply{Status: 429, Headers: [][2]string{
 			{"x-borrowcycle-reason", "over_limit"}, {"x-envoy-ratelimited", "true"},
 			{"retry-after", "8"}, {"x-ratelimit-limit", "3"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "8"},
-		}, Body: []byte("borrowcycle: over_limit: this client used its share for the current cycle\n")}},
+		}, Body: []byte("borrowcycle: over_limit: this client used its share for the current window\n")}},
 		{"ietf with debug", `{"capacity": 3, "cycle": "1500ms", "rate_limit_headers": "ietf", "name": "api", "status_code": 503, "debug_headers": true}`,
 			over, Reply{Status: 503, Headers: [][2]string{
 				{"x-borrowcycle-reason", "over_limit"}, {"x-envoy-ratelimited", "true"},
-				{"retry-after", "8"}, {"ratelimit-policy", `"api";q=3;w=2`}, {"ratelimit", `"api";r=0;t=8`}, {"x-borrowcycle-cycle", "4"},
-			}, Body: []byte("borrowcycle: over_limit: this client used its share for the current cycle\n")}},
+				{"retry-after", "8"}, {"ratelimit-policy", `"api";q=3;w=2`}, {"ratelimit", `"api";r=0;t=8`}, {"x-borrowcycle-plan", "4"},
+			}, Body: []byte("borrowcycle: over_limit: this client used its share for the current window\n")}},
 		{"no rate-limit headers", `{"capacity": 3, "cycle": "10s", "rate_limit_headers": "none"}`,
 			engine.Decision{Reason: engine.ReasonPending, WouldReject: true}, Reply{Status: 429, Headers: [][2]string{
 				{"x-borrowcycle-reason", "pending"}, {"x-envoy-ratelimited", "true"}, {"retry-after", "1"},
@@ -64,7 +64,7 @@ func TestReplyPlans(t *testing.T) {
 }
 
 func TestResponseHeaderPlans(t *testing.T) {
-	ok := engine.Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 2 * time.Second, Cycle: 9}
+	ok := engine.Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 2 * time.Second, Plan: 9}
 	cases := []struct {
 		name, config string
 		d            engine.Decision
@@ -74,7 +74,7 @@ func TestResponseHeaderPlans(t *testing.T) {
 		{"ietf", `{"rate_limit_headers": "ietf"}`, ok, [][2]string{{"ratelimit-policy", `"default";q=10;w=10`}, {"ratelimit", `"default";r=7;t=2`}}},
 		{"not on allowed", `{"headers_on_allowed": false}`, ok, nil},
 		{"style none", `{"rate_limit_headers": "none"}`, ok, nil},
-		{"debug only", `{"headers_on_allowed": false, "debug_headers": true}`, ok, [][2]string{{"x-borrowcycle-cycle", "9"}}},
+		{"debug only", `{"headers_on_allowed": false, "debug_headers": true}`, ok, [][2]string{{"x-borrowcycle-plan", "9"}}},
 		{"store failure admitted: no share to report", `{}`, engine.Decision{Allowed: true, Reason: engine.ReasonStoreFailure}, nil},
 		{"anonymous in passthrough", `{"mode": "passthrough"}`, engine.Decision{Allowed: true, WouldReject: true, Reason: engine.ReasonAnonymous}, nil},
 	}
@@ -154,7 +154,7 @@ func TestTickPeriod(t *testing.T) {
 // headers of an admitted response or a rejection allocates nothing, for
 // numbers of any size (strconv allocates above 99).
 func TestPlansDoNotAllocate(t *testing.T) {
-	d := Outcome{Decision: engine.Decision{Allowed: true, Limit: 123456, Remaining: 98765, Reset: 4321 * time.Second, Cycle: 1 << 40}}
+	d := Outcome{Decision: engine.Decision{Allowed: true, Limit: 123456, Remaining: 98765, Reset: 4321 * time.Second, Plan: 1 << 40}}
 	over := d
 	over.Decision.Allowed, over.Decision.Reason, over.Decision.RetryAfter = false, engine.ReasonOverLimit, 4321*time.Second
 	for _, style := range []string{"x-ratelimit", "ietf"} {

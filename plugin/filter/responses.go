@@ -18,13 +18,13 @@ const (
 	hdrReset       = "x-ratelimit-reset"
 	hdrPolicy      = "ratelimit-policy"
 	hdrRateLimit   = "ratelimit"
-	hdrDebugCycle  = "x-borrowcycle-cycle"
+	hdrDebugPlan   = "x-borrowcycle-plan"
 )
 
 // rejectionBodies are the one-line bodies of local replies, one per reason.
 // The anonymous body names the configured source, so it is built per config.
 var rejectionBodies = map[engine.Reason]string{
-	engine.ReasonOverLimit:    "borrowcycle: over_limit: this client used its share for the current cycle",
+	engine.ReasonOverLimit:    "borrowcycle: over_limit: this client used its share for the current window",
 	engine.ReasonPending:      "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	engine.ReasonTableFull:    "borrowcycle: table_full: too many distinct clients",
 	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",
@@ -93,7 +93,7 @@ func (r *responder) reply(d engine.Decision) Reply {
 		h = r.appendRateLimit(h, d)
 	}
 	if r.debug {
-		h = append(h, [2]string{hdrDebugCycle, r.uint(d.Cycle)})
+		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
 	}
 	r.headers = h
 	return Reply{Status: r.status, Headers: h, Body: r.bodies[d.Reason]}
@@ -109,7 +109,7 @@ func (r *responder) responseHeaders(d engine.Decision) [][2]string {
 		h = r.appendRateLimit(h, d)
 	}
 	if r.debug {
-		h = append(h, [2]string{hdrDebugCycle, r.uint(d.Cycle)})
+		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
 	}
 	r.headers = h
 	return h

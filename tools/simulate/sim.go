@@ -366,10 +366,10 @@ func (r *runner) boundary(k int) error {
 // inclusive), so that every window is planned when it starts rather than
 // at its first request.
 func (r *runner) advanceTo(t time.Time, inclusive bool) {
-	for r.cur.Cycle > 0 && (r.cur.Deadline.Before(t) || (inclusive && r.cur.Deadline.Equal(t))) {
-		before := r.cur.Cycle
+	for r.cur.Plan > 0 && (r.cur.Deadline.Before(t) || (inclusive && r.cur.Deadline.Equal(t))) {
+		before := r.cur.Plan
 		r.tickAll(r.cur.Deadline)
-		if r.cur.Cycle == before {
+		if r.cur.Plan == before {
 			return // nothing to plan (no clients left)
 		}
 	}
@@ -387,12 +387,12 @@ func (r *runner) tickAll(t time.Time) {
 // counting the plans in between.
 func (r *runner) observe(w int) {
 	s := r.lims[w].Snapshot()
-	if s.Cycle <= r.cur.Cycle {
+	if s.Plan <= r.cur.Plan {
 		return
 	}
-	if r.cur.Cycle > 0 {
-		r.res.Plans += int(s.Cycle - r.cur.Cycle)
-		r.res.CyclePlans[r.period-1] += int(s.Cycle - r.cur.Cycle)
+	if r.cur.Plan > 0 {
+		r.res.Plans += int(s.Plan - r.cur.Plan)
+		r.res.CyclePlans[r.period-1] += int(s.Plan - r.cur.Plan)
 		if s.Early { // the plan is a re-plan of its window
 			r.res.Replans++
 		}
@@ -450,7 +450,7 @@ func (r *runner) handle(ev event) {
 	w := r.worker(ev.member)
 	r.clock.Set(ev.at)
 	d := r.lims[w].AdmitAt(ev.at, r.members[ev.member].name)
-	if d.Cycle > r.cur.Cycle {
+	if d.Plan > r.cur.Plan {
 		r.observe(w)
 	}
 	r.res.Demand[k][ev.member]++
@@ -475,7 +475,7 @@ func (r *runner) handle(ev event) {
 func (r *runner) count(at time.Time, d engine.Decision, member int) {
 	window, _, _ := engine.WindowAt(at, r.cycle, 0) // scenarios set no window offset
 	r.res.AdmittedAt = append(r.res.AdmittedAt, at)
-	a := capcheck.Admission{Window: window, Period: d.Cycle}
+	a := capcheck.Admission{Window: window, Period: d.Plan}
 	if d.Reason == engine.ReasonOK {
 		a.Client, a.Share = r.members[member].name, d.Limit
 	}

@@ -44,7 +44,7 @@ func TestPluginImportsSatisfied(t *testing.T) {
 // rejectionBodies are the contract's one-line bodies (each sent with a
 // trailing newline).
 var rejectionBodies = map[string]string{
-	"over_limit":    "borrowcycle: over_limit: this client used its share for the current cycle",
+	"over_limit":    "borrowcycle: over_limit: this client used its share for the current window",
 	"pending":       "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	"table_full":    "borrowcycle: table_full: too many distinct clients",
 	"store_failure": "borrowcycle: store_failure: limiter state unavailable",
@@ -58,14 +58,14 @@ func checkResponse(t *testing.T, r Result) string {
 	if r.Err != nil {
 		t.Fatalf("request failed: %v", r.Err)
 	}
-	for _, name := range []string{"x-borrowcycle-cycle", "x-ratelimit-limit", "x-ratelimit-remaining",
+	for _, name := range []string{"x-borrowcycle-plan", "x-ratelimit-limit", "x-ratelimit-remaining",
 		"x-ratelimit-reset", "x-borrowcycle-reason", "retry-after", "x-envoy-ratelimited", "content-type"} {
 		if n := len(r.Values(name)); n > 1 {
 			t.Fatalf("%s appears %d times: %v", name, n, r)
 		}
 	}
-	if r.Header("x-borrowcycle-cycle") == "" {
-		t.Fatalf("no x-borrowcycle-cycle with debug_headers: %v", r)
+	if r.Header("x-borrowcycle-plan") == "" {
+		t.Fatalf("no x-borrowcycle-plan with debug_headers: %v", r)
 	}
 	if r.Continued() {
 		if r.Header("x-ratelimit-limit") == "" || r.Header("x-borrowcycle-reason") != "" {
@@ -93,7 +93,7 @@ func checkResponse(t *testing.T, r Result) string {
 // capcheck.Checker, attributed to the aligned window of the host clock's
 // time (the clock stands still while requests are driven, so that is when
 // the plugin decided) and to the share period the plugin reports in
-// x-borrowcycle-cycle.
+// x-borrowcycle-plan.
 type ledger struct {
 	clock    *Clock
 	cycle    time.Duration
@@ -116,7 +116,7 @@ func (l *ledger) record(t *testing.T, client string, r Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.outcomes[outcome]++
-	cycle := r.Header("x-borrowcycle-cycle")
+	cycle := r.Header("x-borrowcycle-plan")
 	var share int
 	if limit := r.Header("x-ratelimit-limit"); limit != "" && (outcome == "allowed" || outcome == "over_limit") {
 		var err error
@@ -134,7 +134,7 @@ func (l *ledger) record(t *testing.T, client string, r Result) {
 	if outcome == "allowed" {
 		period, err := strconv.ParseUint(cycle, 10, 64)
 		if err != nil {
-			t.Fatalf("x-borrowcycle-cycle %q: %v", cycle, err)
+			t.Fatalf("x-borrowcycle-plan %q: %v", cycle, err)
 		}
 		window, _, _ := engine.WindowAt(l.clock.Now(), l.cycle, 0)
 		l.cycles[cycle]++

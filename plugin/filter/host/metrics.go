@@ -153,7 +153,7 @@ func (o *observer) Rollover(ev engine.RolloverEvent) {
 		o.m.rolloverDue.pending++
 	}
 	proxywasm.LogDebugf("borrowcycle: cycle %d started (early=%t): %d clients, %d registered, %d forgotten",
-		ev.Cycle, ev.Early, ev.Clients, ev.Registered, ev.Forgotten)
+		ev.Plan, ev.Early, ev.Clients, ev.Registered, ev.Forgotten)
 }
 
 // CASRetry implements engine.Observer.

@@ -106,10 +106,10 @@ func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 			"x-ratelimit-remaining": "0",
 			"x-ratelimit-reset":     "8",
 		})
-		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client used its share for the current cycle\n"; got != want {
+		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client used its share for the current window\n"; got != want {
 			t.Errorf("body = %q, want %q", got, want)
 		}
-		if _, ok := r.headers["x-borrowcycle-cycle"]; ok {
+		if _, ok := r.headers["x-borrowcycle-plan"]; ok {
 			t.Error("debug header present without debug_headers")
 		}
 	})
@@ -191,7 +191,7 @@ func TestAnonymousRequests(t *testing.T) {
 					t.Errorf("%s: anonymous reply has %s", name, absent)
 				}
 			}
-			if _, ok := r.headers["x-borrowcycle-cycle"]; !ok {
+			if _, ok := r.headers["x-borrowcycle-plan"]; !ok {
 				t.Errorf("%s: debug header missing from a local reply", name)
 			}
 		}
@@ -380,13 +380,13 @@ func TestMetricValues(t *testing.T) {
 func TestDebugHeaderNamesTheCycle(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 1, "cycle": "10s", "debug_headers": true, "name": "debug"}`)
-		first := h.from("a").headers["x-borrowcycle-cycle"]
+		first := h.from("a").headers["x-borrowcycle-plan"]
 		rejected := h.from("a")
-		if rejected.local == nil || rejected.headers["x-borrowcycle-cycle"] != first || first == "" {
-			t.Fatalf("cycle header: admitted %q, rejected %q", first, rejected.headers["x-borrowcycle-cycle"])
+		if rejected.local == nil || rejected.headers["x-borrowcycle-plan"] != first || first == "" {
+			t.Fatalf("cycle header: admitted %q, rejected %q", first, rejected.headers["x-borrowcycle-plan"])
 		}
 		h.advance(10 * time.Second)
-		next := h.from("a").headers["x-borrowcycle-cycle"]
+		next := h.from("a").headers["x-borrowcycle-plan"]
 		if a, b := mustAtoi(t, first), mustAtoi(t, next); b != a+1 {
 			t.Errorf("cycle after the deadline = %d, want %d", b, a+1)
 		}
