@@ -152,7 +152,7 @@ func (o *observer) Rollover(ev engine.RolloverEvent) {
 	} else {
 		o.m.rolloverDue.pending++
 	}
-	proxywasm.LogDebugf("borrowcycle: cycle %d started (early=%t): %d clients, %d registered, %d forgotten",
+	proxywasm.LogDebugf("borrowcycle: plan %d published (re-plan=%t): %d clients, %d registered, %d forgotten",
 		ev.Plan, ev.Early, ev.Clients, ev.Registered, ev.Forgotten)
 }
 
