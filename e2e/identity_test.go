@@ -624,8 +624,10 @@ func TestDuplicateClientIDHeaderIsAmbiguous(t *testing.T) {
 // rotating 10 ids for two windows, then 30/s rotating 100 ids for two
 // windows. With client_id from source_address the attacker is one client
 // whatever ids it sends; with the header source (run beside it on a second
-// Envoy, for comparison) each id is a client. Each party's admitted count
-// per window is logged.
+// Envoy, for comparison) each id is a client; with the header source and
+// max_ids_per_peer 1 (the peer: the source address), the attacker's ids
+// past its first are refused too_many_ids. Each party's admitted count per
+// window is logged.
 func TestRotationMeasurement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of wall time")
@@ -637,11 +639,17 @@ func TestRotationMeasurement(t *testing.T) {
 	}{
 		{"source_address", map[string]any{"from": "source_address"}, [3]string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}},
 		{"header", map[string]any{"from": "header"}, [3]string{"127.0.0.5", "127.0.0.6", "127.0.0.7"}},
+		{"header+max_ids_per_peer", map[string]any{"from": "header"}, [3]string{"127.0.0.8", "127.0.0.9", "127.0.0.10"}},
 	}
 	for _, run := range runs {
 		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
-			tg := configuredTarget(t, map[string]any{"capacity": 30, "cycle": "10s", "client_id": run.source}, startOpts{})
+			settings := map[string]any{"capacity": 30, "cycle": "10s", "client_id": run.source}
+			bounded := run.name == "header+max_ids_per_peer"
+			if bounded {
+				settings["max_ids_per_peer"] = 1
+			}
+			tg := configuredTarget(t, settings, startOpts{})
 			table := measureRotation(t, tg, run.addrs)
 			cycle := tg.settings.Engine.Cycle
 			var lines []string
@@ -651,7 +659,16 @@ func TestRotationMeasurement(t *testing.T) {
 					w-table.first, table.phase(w), c[0].admitted, c[0].sent, c[1].admitted, c[1].sent, c[2].admitted, c[2].sent, len(c[2].ids)))
 			}
 			t.Logf("client_id from %s, capacity 30 per %s:\n%s", run.name, cycle, strings.Join(lines, "\n"))
-			if run.name != "source_address" {
+			if bounded {
+				// The target: at most a third of the capacity, + 5%, for
+				// the rotating caller, in every window.
+				for _, w := range table.windows() {
+					if a := table.counts[w][2].admitted; float64(a) > 30*(1.0/3+0.05) {
+						t.Errorf("window %d: the rotating caller admitted %d of 30, want at most a third + 5%%", w-table.first, a)
+					}
+				}
+			}
+			if run.name == "header" {
 				return
 			}
 			// What holds: the attacker is one of three clients, so in the

@@ -51,6 +51,11 @@ type Config struct {
 	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
 	// registered client.
 	MaxClients int
+	// MaxIDsPerPeer bounds the distinct client ids one peer (a source
+	// address, an mTLS principal: see Limiter.AdmitFromAt) may use in a
+	// window; its further ids are refused with ReasonTooManyIDs. 0: no
+	// bound. At most MaxIDsPerPeerCap.
+	MaxIDsPerPeer int
 	// IdleCycles is how many windows without a request make a client
 	// forgotten at the next plan, which returns its share.
 	IdleCycles int
@@ -121,6 +126,8 @@ func (c Config) Validate() error {
 		return validateWeights(c.Weights)
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
+	case c.MaxIDsPerPeer < 0 || c.MaxIDsPerPeer > MaxIDsPerPeerCap:
+		return fieldErr("max_ids_per_peer", "must be in [0, %d], got %d", MaxIDsPerPeerCap, c.MaxIDsPerPeer)
 	case c.IdleCycles < 1 || c.IdleCycles > MaxIdleCycles:
 		return fieldErr("idle_cycles", "must be in [1, %d], got %d", MaxIdleCycles, c.IdleCycles)
 	case c.MinCycle <= 0 || c.MinCycle > c.Cycle:

@@ -33,10 +33,13 @@ const (
 	// under a copy picked silently. The plugin decides it, before the
 	// engine.
 	ReasonAmbiguousID
+	// ReasonTooManyIDs: the request's peer (Limiter.AdmitFromAt) already
+	// used Config.MaxIDsPerPeer other client ids in the window.
+	ReasonTooManyIDs
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure", "contended", "ambiguous_id"}
+var reasonNames = [numReasons]string{"ok", "over_limit", "anonymous", "table_full", "pending", "store_failure", "contended", "ambiguous_id", "too_many_ids"}
 
 func (r Reason) String() string {
 	if r < numReasons {

@@ -80,6 +80,19 @@ type Limiter struct {
 	// one window (see failure).
 	failOpen struct{ window, used int64 }
 	latest   int64 // the latest clock reading (see read)
+
+	// With MaxIDsPerPeer: the peer records, and what this worker learnt of
+	// each peer's ids in the window (see peerAllows).
+	peers     *peerTable
+	peerMarks map[uint64]peerMark
+}
+
+// peerMark is a peer's ids in a window as this worker last read them: an
+// id among them is the peer's for the rest of the window, and once there
+// are MaxIDsPerPeer of them no other id can join.
+type peerMark struct {
+	window int64
+	ids    []uint64
 }
 
 // New returns a worker for cfg over store.
@@ -96,6 +109,10 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 		o(l)
 	}
 	l.reg = newRegistry(&l.cfg, store, l.obs)
+	if cfg.MaxIDsPerPeer > 0 {
+		l.peers = newPeerTable(&l.cfg, l.reg.own)
+		l.peerMarks = make(map[uint64]peerMark)
+	}
 	l.led = ledger{reg: l.reg, cfg: &l.cfg, fleet: newFleetWorker(&l.cfg)}
 	return l, nil
 }
@@ -105,6 +122,63 @@ func (l *Limiter) Config() Config { return l.cfg }
 
 // AdmitAt decides on one request of cost 1 from client at now.
 func (l *Limiter) AdmitAt(now time.Time, client string) Decision { return l.AdmitNAt(now, client, 1) }
+
+// AdmitFromAt is AdmitNAt for a request that came from peer (a source
+// address, an mTLS principal: what the caller cannot choose), under
+// Config.MaxIDsPerPeer: a peer that already used that many other client
+// ids in the window is refused with ReasonTooManyIDs until the window
+// ends, before its request reaches the client table. An empty peer, or no
+// bound, is AdmitNAt.
+func (l *Limiter) AdmitFromAt(now time.Time, peer, client string, cost int64) Decision {
+	if peer == "" || client == "" || l.peers == nil {
+		return l.AdmitNAt(now, client, cost)
+	}
+	real := l.read(now)
+	if err := l.current(real); err != nil {
+		return l.failure(real+l.reg.view.shift, max(cost, 1), err)
+	}
+	t := real + l.reg.view.shift
+	switch ok, err := l.peerAllows(t, clientHash(peer), clientHash(client)); {
+	case err != nil:
+		return l.failure(t, max(cost, 1), err)
+	case !ok:
+		return l.tooManyIDs(t)
+	}
+	return l.AdmitNAt(now, client, cost)
+}
+
+// peerAllows reports whether peer may use client id h in the view's
+// window: from this worker's mark when it settles it, else from the
+// peer's record (allowID), which the mark then keeps.
+func (l *Limiter) peerAllows(t int64, peer, h uint64) (bool, error) {
+	k := l.reg.view.window
+	if l.reg.view.id == 0 {
+		k = windowIndex(t, &l.cfg)
+	}
+	m, ok := l.peerMarks[peer]
+	if ok && m.window == k {
+		for _, id := range m.ids {
+			if id == h {
+				return true, nil
+			}
+		}
+		if len(m.ids) >= l.cfg.MaxIDsPerPeer {
+			return false, nil
+		}
+	}
+	verdict, ids, err := l.reg.allowID(l.peers, k, peer, h, l.cfg.MaxIDsPerPeer)
+	if err != nil {
+		return false, err
+	}
+	if verdict == peerUntracked {
+		return true, nil
+	}
+	if len(l.peerMarks) >= localCacheMax {
+		clear(l.peerMarks)
+	}
+	l.peerMarks[peer] = peerMark{window: k, ids: ids}
+	return verdict == peerAllowed, nil
+}
 
 // AdmitNAt decides on one request from client at now that costs cost units
 // (a cost below 1 counts as 1): it takes cost units of the client's share
@@ -617,6 +691,13 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 
 func (l *Limiter) pending(t int64) Decision {
 	return l.reject(ReasonPending, l.untilWindowEnd(t), untilReplan(&l.reg.view, &l.cfg, t))
+}
+
+// tooManyIDs: the peer's ids for the window are taken; the next window
+// starts them afresh.
+func (l *Limiter) tooManyIDs(t int64) Decision {
+	reset := l.untilWindowEnd(t)
+	return l.reject(ReasonTooManyIDs, reset, reset)
 }
 
 func (l *Limiter) tableFull(t int64) Decision {

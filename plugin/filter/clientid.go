@@ -321,6 +321,36 @@ func (p *fieldParser) clientID(raw *rawConfig) ClientIDSpec {
 	return spec
 }
 
+// peerNames are the values of peer: what max_ids_per_peer counts client
+// ids per. Only what the caller cannot choose.
+var peerNames = []string{"source_address", "peer_principal"}
+
+// peer parses peer (default source_address): the property source whose
+// value names the peer.
+func (p *fieldParser) peer(field string, raw json.RawMessage) ClientIDSpec {
+	if p.enum(field, raw, peerNames[0], peerNames...) == "peer_principal" {
+		return ClientIDSpec{From: FromPeerPrincipal, Property: propertyKey(peerPrincipalPath)}
+	}
+	return ClientIDSpec{From: FromSourceAddress, Property: propertyKey(sourceAddressPath)}
+}
+
+// RequestPeer is the peer of req under spec (source address or principal),
+// empty when the request has none: then no per-peer bound applies.
+func RequestPeer(spec *ClientIDSpec, req Request, maxBytes int) string {
+	value, found := req.Property(spec.Property)
+	var id string
+	var ok bool
+	if spec.From == FromPeerPrincipal {
+		id, ok = PrincipalID(value, found, maxBytes)
+	} else {
+		id, ok = AddressID(value, found, maxBytes)
+	}
+	if !ok {
+		return ""
+	}
+	return id
+}
+
 // metadataKey accepts a required string of 1 to maxLen bytes without NUL,
 // which separates the elements of a property path.
 func (p *fieldParser) metadataKey(field string, raw json.RawMessage, maxLen int) string {

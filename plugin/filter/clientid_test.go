@@ -324,3 +324,44 @@ func TestSummaryNamesTheSource(t *testing.T) {
 		t.Errorf("summary %q", s)
 	}
 }
+
+// max_ids_per_peer counts the ids a peer (its source address by default,
+// or its mTLS principal) uses in a window: past the bound, too_many_ids
+// until the window ends. A request with no peer is not bounded.
+func TestMaxIDsPerPeer(t *testing.T) {
+	from := func(addr, id string) Request {
+		return props{headers{{"x-client-id", id}}, map[string]string{"source\x00address": addr + ":5000"}}
+	}
+	f, _ := mustFilter(t, `{"capacity": 100, "cycle": "10s", "max_ids_per_peer": 1}`)
+	steps := []struct {
+		req  Request
+		want engine.Reason
+	}{
+		{from("10.0.0.1", "a"), engine.ReasonOK},
+		{from("10.0.0.1", "b"), engine.ReasonTooManyIDs},
+		{from("10.0.0.1", "a"), engine.ReasonOK},
+		{from("10.0.0.2", "b"), engine.ReasonPending}, // its own first id: a newcomer (min_cycle)
+		{headers{{"x-client-id", "c"}}, engine.ReasonPending}, // no address: a newcomer like any other
+	}
+	for i, s := range steps {
+		d := f.Decide(s.req).Decision
+		if d.Reason != s.want {
+			t.Fatalf("step %d: %+v, want %s", i, d, s.want)
+		}
+	}
+	reply := f.Reply(f.Decide(from("10.0.0.1", "z")))
+	if reply.Status != 429 || !strings.Contains(string(reply.Body), "too_many_ids") {
+		t.Fatalf("too_many_ids reply %+v", reply)
+	}
+
+	p, _ := mustFilter(t, `{"capacity": 100, "cycle": "10s", "max_ids_per_peer": 1, "peer": "peer_principal"}`)
+	principal := func(p, id string) Request {
+		return props{headers{{"x-client-id", id}}, map[string]string{"connection\x00uri_san_peer_certificate": p}}
+	}
+	if d := p.Decide(principal("spiffe://td/a", "a")).Decision; d.Reason == engine.ReasonTooManyIDs {
+		t.Fatalf("first id of a principal: %+v", d)
+	}
+	if d := p.Decide(principal("spiffe://td/a", "b")).Decision; d.Reason != engine.ReasonTooManyIDs {
+		t.Fatalf("second id of a principal: %+v, want too_many_ids", d)
+	}
+}

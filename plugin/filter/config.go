@@ -34,6 +34,9 @@ func (s HeaderStyle) String() string { return styleNames[s] }
 type Config struct {
 	// ClientID is where the client id comes from (clientid.go).
 	ClientID ClientIDSpec
+	// Peer is what max_ids_per_peer counts ids per: the source address or
+	// the mTLS principal (a property source of clientid.go).
+	Peer ClientIDSpec
 	// ClientHeader is ClientID.Header: the header of the header source,
 	// lower-cased; empty for the other sources.
 	ClientHeader     string
@@ -84,6 +87,8 @@ type rawConfig struct {
 	Reservation      json.RawMessage `json:"reservation"`
 	ClientHeader     json.RawMessage `json:"client_header"`
 	ClientID         json.RawMessage `json:"client_id"`
+	MaxIDsPerPeer    json.RawMessage `json:"max_ids_per_peer"`
+	Peer             json.RawMessage `json:"peer"`
 	Mode             json.RawMessage `json:"mode"`
 	MaxClients       json.RawMessage `json:"max_clients"`
 	IdleCycles       json.RawMessage `json:"idle_cycles"`
@@ -193,6 +198,8 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	p.policyFields(raw, &cfg.Engine)
 	cfg.ClientID = p.clientID(raw)
 	cfg.ClientHeader = cfg.ClientID.Header
+	cfg.Engine.MaxIDsPerPeer = int(p.integer("max_ids_per_peer", raw.MaxIDsPerPeer, 0, 0, engine.MaxIDsPerPeerCap, false))
+	cfg.Peer = p.peer("peer", raw.Peer)
 	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
 	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
 	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
@@ -317,6 +324,10 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.ClientHeader
 	case "client_id":
 		return &r.ClientID
+	case "max_ids_per_peer":
+		return &r.MaxIDsPerPeer
+	case "peer":
+		return &r.Peer
 	case "mode":
 		return &r.Mode
 	case "max_clients":

@@ -115,7 +115,12 @@ func (f *Filter) Decide(req Request) Outcome {
 	}
 	l := &f.limits[i]
 	id, verdict := RequestClientID(&l.cfg.ClientID, req, l.cfg.MaxClientIDBytes)
-	d := l.limiter.AdmitNAt(f.clock.Now(), id, l.cfg.Cost)
+	var d engine.Decision
+	if l.cfg.Engine.MaxIDsPerPeer > 0 && id != "" {
+		d = l.limiter.AdmitFromAt(f.clock.Now(), RequestPeer(&l.cfg.Peer, req, l.cfg.MaxClientIDBytes), id, l.cfg.Cost)
+	} else {
+		d = l.limiter.AdmitNAt(f.clock.Now(), id, l.cfg.Cost)
+	}
 	if verdict == IDAmbiguous {
 		d.Reason = engine.ReasonAmbiguousID
 	}

@@ -188,7 +188,7 @@ func inherit(own, top *rawConfig) rawConfig {
 // inheritedFields are the fields a limit takes from the top level when it
 // does not give them.
 var inheritedFields = []string{
-	"capacity", "cycle", "reservation", "client_header", "client_id", "mode", "max_clients", "idle_cycles",
+	"capacity", "cycle", "reservation", "client_header", "client_id", "max_ids_per_peer", "peer", "mode", "max_clients", "idle_cycles",
 	"min_cycle", "window_offset", "failure_mode_deny", "rate_limit_headers", "headers_on_allowed", "status_code",
 	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "fleet",
 }

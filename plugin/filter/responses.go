@@ -30,6 +30,7 @@ var rejectionBodies = map[engine.Reason]string{
 	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",
 	engine.ReasonContended:    "borrowcycle: contended: limiter state busy; retry after the retry-after delay",
 	engine.ReasonAmbiguousID:  "borrowcycle: ambiguous_id: the client id header appears more than once",
+	engine.ReasonTooManyIDs:   "borrowcycle: too_many_ids: this peer used its client ids for the current window",
 }
 
 // Reply is a local reply: what the host sends instead of forwarding the
