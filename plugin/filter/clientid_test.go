@@ -340,7 +340,7 @@ func TestMaxIDsPerPeer(t *testing.T) {
 		{from("10.0.0.1", "a"), engine.ReasonOK},
 		{from("10.0.0.1", "b"), engine.ReasonTooManyIDs},
 		{from("10.0.0.1", "a"), engine.ReasonOK},
-		{from("10.0.0.2", "b"), engine.ReasonPending}, // its own first id: a newcomer (min_cycle)
+		{from("10.0.0.2", "b"), engine.ReasonPending},         // its own first id: a newcomer (min_cycle)
 		{headers{{"x-client-id", "c"}}, engine.ReasonPending}, // no address: a newcomer like any other
 	}
 	for i, s := range steps {
