@@ -20,10 +20,11 @@
 // configuration makes, with fixed values and none of its logic, so that
 // bench-envoy can show what those calls alone cost in Envoy:
 //
-//	{"mimic": "allowed"}   a wall-clock read and the access-log property on
-//	                       the request, three x-ratelimit headers on the
-//	                       response
-//	{"mimic": "rejected"}  the clock read and the property, then a 429 local
+//	{"mimic": "allowed"}   the request's header map (the client id header's
+//	                       duplicate check reads it whole), a wall-clock read
+//	                       and the access-log property on the request, three
+//	                       x-ratelimit headers on the response
+//	{"mimic": "rejected"}  the header map, the clock read and the property, then a 429 local
 //	                       reply with the six headers and the body of an
 //	                       over_limit rejection
 package main

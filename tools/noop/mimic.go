@@ -35,6 +35,7 @@ var (
 
 // mimicRequest makes the request-path host calls of the mode.
 func mimicRequest(mode string) types.Action {
+	_, _ = proxywasm.GetHttpRequestHeaders() // the client id's duplicate check reads the whole map
 	_ = wallClockNanos()
 	_ = proxywasm.SetProperty(mimicPath, mimicRecord)
 	if mode != mimicRejected {
