@@ -89,7 +89,10 @@ func transition(p *plan, cfg *Config, now, behind int64, who caller) (stepKind, 
 		}
 		return stepRoll, windowIndex(now, cfg)
 	}
-	if now < start && behind >= int64(cfg.Cycle+cfg.MinCycle) {
+	if now < start && behind >= int64(cfg.Cycle+cfg.MinCycle) && cfg.Fleet == nil {
+		// (In fleet mode the windows are the fleet's, named by Gubernator
+		// keys every replica shares: a shifted clock would lease from keys
+		// no other replica uses. A clock behind waits for them.)
 		return stepJump, p.window
 	}
 	if who == callerNew && int(p.n)+int(p.pending) >= cfg.MaxClients {
