@@ -181,18 +181,18 @@ func windowElapsed(p *plan, cfg *Config, t int64) float64 {
 	return math.Max(0, math.Min(1, f))
 }
 
-// nextAccrual is when a client held back by pacing (g.paceAt) or by the
-// borrow gate (gated) may find more: for the gate, one unit's accrual
-// time from now. 0 when neither held it back (only the window's end
-// brings more).
-func (g *ledger) nextAccrual(gated bool) int64 {
-	if g.paceAt > 0 {
-		return g.paceAt
+// nextAccrual is when a client held back by pacing (until paceAt) or by
+// the borrow gate (gated) may find more: for the gate, one unit's accrual
+// time after t. 0 when neither held it back (only the window's end brings
+// more).
+func nextAccrual(cfg *Config, t, paceAt int64, gated bool) int64 {
+	if paceAt > 0 {
+		return paceAt
 	}
 	if !gated {
 		return 0
 	}
-	return g.now + max(1, int64(g.cfg.Cycle)/max(1, g.cfg.Capacity))
+	return t + max(1, int64(cfg.Cycle)/max(1, cfg.Capacity))
 }
 
 // waitsForPool reports whether a client exhausted by the borrow gate must

@@ -367,7 +367,7 @@ func (l *Limiter) reclaim(t, k, n int64) int64 {
 	if err := l.current(t); err != nil || l.reg.view.window != k {
 		return 0
 	}
-	got, err := l.led.adjust(n)
+	got, _, err := l.led.adjust(n, borrowGate{})
 	if err != nil || got <= 0 {
 		return 0
 	}

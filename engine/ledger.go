@@ -15,13 +15,17 @@ import "errors"
 // A worker admits only from units it leased, each unit once, so what a
 // window admits is at most what its budget granted.
 type ledger struct {
-	reg     *registry
-	cfg     *Config
-	now     int64        // time of the call being served (Unix ns), for the borrow gate
-	gate    borrowGate   // limits the take of the lease being sized (fair.go)
-	clipped bool         // the last take was cut by the gate or pacing, not the budget
-	paceAt  int64        // when pacing held the last lease back: when the next unit fits (Unix ns)
-	fleet   *fleetWorker // nil unless fleet mode (fleet.go)
+	reg   *registry
+	cfg   *Config
+	fleet *fleetWorker // nil unless fleet mode (fleet.go)
+}
+
+// held says what held a lease back, for the client's Retry-After: the
+// borrow gate or pacing cut the take (clipped), and pacing's next unit fits
+// at paceAt (Unix ns, 0: pacing did not hold it).
+type held struct {
+	clipped bool
+	paceAt  int64
 }
 
 // clientState is what this worker holds for one counted client.
@@ -85,12 +89,13 @@ func leaseSize(avail, need, seen int64) int64 {
 // sync is the one read-modify-write of a client's entry: it rebases the
 // entry to the view's plan if needed, writes this worker's unwritten
 // demand, optionally returns its unused lease, and optionally leases at
-// least need more units (taking them from the window budget first).
-func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult {
+// least need more units (taking them from the window budget first). t is
+// the shifted time of the call, for the borrow gate and pacing.
+func (g *ledger) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
 	r := g.reg
 	p := &r.view
 	var inHand int64 // budget units taken and not yet in the entry
-	g.paceAt, g.clipped = 0, false
+	var h held
 	defer func() {
 		if inHand > 0 {
 			g.give(inHand)
@@ -149,11 +154,13 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 			e.granted -= ret
 		}
 		if need > 0 {
-			want := g.leaseWant(&e, need, cs.flushed+cs.unflushed)
+			want, paceAt := g.leaseWant(&e, need, cs.flushed+cs.unflushed, t)
+			h.paceAt = max(h.paceAt, paceAt)
 			if want > inHand {
-				g.gate = gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, g.now)
-				got, err := g.take(want - inHand)
-				g.gate = borrowGate{}
+				gate := gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, t)
+				got, took, err := g.take(want-inHand, t, gate)
+				h.clipped = h.clipped || took.clipped
+				h.paceAt = max(h.paceAt, took.paceAt)
 				switch {
 				case errors.Is(err, errStale):
 					res = syncStale
@@ -194,7 +201,7 @@ func (g *ledger) sync(cs *clientState, need int64, returnLease bool) syncResult 
 	cs.fresh = isNew(&e, p)
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
-	cs.exhausted = e.granted >= e.share || budgetShort || g.paceAt > 0
-	cs.accrues = g.nextAccrual(budgetShort && g.clipped)
+	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
+	cs.accrues = nextAccrual(g.cfg, t, h.paceAt, budgetShort && h.clipped)
 	return syncOK
 }

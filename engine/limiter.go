@@ -195,7 +195,6 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 		return l.failure(real+l.reg.view.shift, cost, err)
 	}
 	t := real + l.reg.view.shift // the shifted clock (see transition)
-	l.led.now = t
 	l.led.fleet.noteAsked(cost, l.reg.view.window)
 	h := clientHash(client)
 	if cs := l.reg.clients[h]; cs != nil {
@@ -214,19 +213,18 @@ func (l *Limiter) TickAt(now time.Time) {
 		return
 	}
 	t := real + l.reg.view.shift
-	l.led.now = t
-	l.tickClients()
+	l.tickClients(t)
 	if step, _ := transition(&l.reg.view, &l.cfg, t, l.reg.behind(t), callerCounted); step != stepStay {
 		_, _ = l.reg.replan(real, callerCounted, 0, l.flush)
 	}
 }
 
 // tickClients flushes demand and returns leases unused since the last tick.
-func (l *Limiter) tickClients() {
+func (l *Limiter) tickClients(t int64) {
 	keep := l.dirty[:0]
 	for _, cs := range l.dirty {
 		if cs.window == l.reg.view.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
-			l.led.sync(cs, 0, !cs.used)
+			l.led.sync(cs, 0, !cs.used, t)
 		}
 		cs.used = false
 		if cs.window == l.reg.view.window && (cs.lease > 0 || cs.unflushed > 0) {
@@ -241,10 +239,10 @@ func (l *Limiter) tickClients() {
 
 // flush writes back this worker's demand before it plans a new window, so
 // that the plan counts it.
-func (l *Limiter) flush() {
+func (l *Limiter) flush(t int64) {
 	for _, cs := range l.dirty {
 		if cs.unflushed > 0 && cs.window == l.reg.view.window && cs.plan != 0 {
-			l.led.sync(cs, 0, false)
+			l.led.sync(cs, 0, false, t)
 		}
 	}
 }
@@ -432,14 +430,14 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		cs.lease -= cost
 		cs.used = true
 		if l.flushDue(cs) {
-			l.led.sync(cs, 0, false)
+			l.led.sync(cs, 0, false, t)
 		}
 		return l.admit(t, cs)
 	}
 	if current && cs.exhausted && !l.flushDue(cs) && cs.waitsForPool(t) {
 		return l.overLimit(t, cs)
 	}
-	switch l.led.sync(cs, cost-max(cs.lease, 0), false) {
+	switch l.led.sync(cs, cost-max(cs.lease, 0), false, t) {
 	case syncOK:
 		if cs.lease >= cost {
 			cs.lease -= cost
@@ -456,7 +454,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		if retry && l.reg.view.id != before {
 			return l.admitKnown(t, cs, cost, false)
 		}
-		if st := l.led.sync(cs, 0, false); st == syncPending {
+		if st := l.led.sync(cs, 0, false, t); st == syncPending {
 			return l.pending(t)
 		}
 		// The entry names a plan that does not exist: unusable until the

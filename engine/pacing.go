@@ -65,23 +65,23 @@ func paceParams(cfg *Config) (interval, tolerance int64) {
 // guarantee, and the borrow gate reads the budget as what has been used
 // so far: batches make the pool look spent and strand capacity (design,
 // "Leases"). Paced, a client of a partitioning policy may hold only its
-// paced amount of its share; when that is short, g.paceAt says when it
-// is not. (The fair policy paces its guarantee in its gate.)
-func (g *ledger) leaseWant(e *entry, need, seen int64) int64 {
+// paced amount of its share; when that is short, paceAt says when it is
+// not. (The fair policy paces its guarantee in its gate.)
+func (g *ledger) leaseWant(e *entry, need, seen, t int64) (want, paceAt int64) {
 	_, lends := g.reg.pol.(lender)
 	if !g.cfg.Pace && !lends {
-		return leaseSize(e.share-e.granted, need, seen)
+		return leaseSize(e.share-e.granted, need, seen), 0
 	}
 	avail := e.share - e.granted
 	if !lends {
 		p := &g.reg.view
-		f := windowElapsed(p, g.cfg, g.now)
+		f := windowElapsed(p, g.cfg, t)
 		avail = min(avail, pacedAmount(e.share, g.cfg.Burst, f)-e.granted)
 		if avail < need && e.granted+need <= e.share {
-			g.paceAt = pacedAt(p, g.cfg, e.share, e.granted+need)
+			paceAt = pacedAt(p, g.cfg, e.share, e.granted+need)
 		}
 	}
-	return leaseSize(avail, need, 0)
+	return leaseSize(avail, need, 0), paceAt
 }
 
 // pacedAt is when a share's paced amount reaches units, in p's window.

@@ -112,28 +112,32 @@ var errStale = errors.New("view older than the budget")
 // when the budget belongs to a newer plan's window than the view, and
 // ErrRetriesExhausted under contention. An unreadable budget grants
 // nothing: it may hide grants, and only the next roller may reset it.
-func (g *ledger) take(n int64) (int64, error) {
-	got, err := g.adjust(n)
+// gate is the borrow gate of the lease being sized (fair.go); what held the
+// take back is reported for the client's Retry-After.
+func (g *ledger) take(n, t int64, gate borrowGate) (int64, held, error) {
+	got, clipped, err := g.adjust(n, gate)
 	if err != nil {
-		return 0, err
+		return 0, held{}, err
 	}
-	return g.paced(got), nil
+	m, h := g.paced(got, t)
+	h.clipped = h.clipped || clipped
+	return m, h, nil
 }
 
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-func (g *ledger) give(n int64) { _, _ = g.adjust(-n) }
+func (g *ledger) give(n int64) { _, _, _ = g.adjust(-n, borrowGate{}) }
 
 // adjust moves the budget's granted by delta (positive: a take, limited to
-// what is left). It is the one read-modify-write of the budget key.
-func (g *ledger) adjust(delta int64) (int64, error) {
+// what is left, and by gate). It is the one read-modify-write of the budget
+// key. clipped: the gate cut the take, not the budget.
+func (g *ledger) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
 	r := g.reg
 	p := &r.view
-	var moved int64
-	err := r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
+	err = r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
 		raw, missing := st.raw, st.missing
-		moved = 0
+		moved, clipped = 0, false
 		var v budget
 		if !missing {
 			var err error
@@ -166,8 +170,8 @@ func (g *ledger) adjust(delta int64) (int64, error) {
 		if delta > 0 {
 			left := g.fleetCap(v.capacity, p.window) // the capacity in force: the fleet's lease in fleet mode
 			allowed := min(delta, max(0, left-v.granted))
-			moved = g.gate.room(allowed, v.granted, left)
-			g.clipped = moved < allowed
+			moved = gate.room(allowed, v.granted, left)
+			clipped = moved < allowed
 		} else {
 			moved = -min(-delta, v.granted)
 		}
@@ -180,11 +184,11 @@ func (g *ledger) adjust(delta int64) (int64, error) {
 	})
 	switch {
 	case errors.Is(err, errStale), errors.Is(err, ErrRetriesExhausted):
-		return 0, err
+		return 0, false, err
 	case err != nil:
-		return 0, nil // a store error grants nothing
+		return 0, false, nil // a store error grants nothing
 	}
-	return max(moved, 0), nil
+	return max(moved, 0), clipped, nil
 }
 
 // resetBudget replaces an unreadable budget, read with CAS cas, by the

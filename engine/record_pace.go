@@ -25,13 +25,13 @@ func decodePace(b []byte) (int64, error) {
 
 // paced passes got units just taken from the window budget through the
 // pacing key: it returns how many pacing lets through and gives the rest
-// back to the budget. When pacing holds units back, it records when the
-// next one fits (g.paceAt) for the client's Retry-After. An unreadable
+// back to the budget. When pacing holds units back, it says so, and when the
+// next one fits, for the client's Retry-After. An unreadable
 // pace key is rewritten from now: pacing is a smoothing bound, and the
 // window budget still holds.
-func (g *ledger) paced(got int64) int64 {
+func (g *ledger) paced(got, t int64) (int64, held) {
 	if !g.cfg.Pace || got <= 0 {
-		return got
+		return got, held{}
 	}
 	r := g.reg
 	key := r.paceKey
@@ -45,7 +45,7 @@ func (g *ledger) paced(got int64) int64 {
 			if tat, err = decodePace(raw); err != nil {
 				r.obs.ValueReset(key, err)
 				tat = 0
-			} else if tat-g.now > int64(g.cfg.Cycle)+tolerance {
+			} else if tat-t > int64(g.cfg.Cycle)+tolerance {
 				// No unit is paced more than a cycle past its tolerance: this
 				// pace was set by a clock that read far ahead. Kept, it would
 				// admit nothing until the clock got there.
@@ -53,7 +53,7 @@ func (g *ledger) paced(got int64) int64 {
 				tat = 0
 			}
 		}
-		m, next = paceFit(tat, g.now, got, interval, tolerance)
+		m, next = paceFit(tat, t, got, interval, tolerance)
 		if m == 0 {
 			return nil, nil
 		}
@@ -65,8 +65,7 @@ func (g *ledger) paced(got int64) int64 {
 	}
 	if m < got {
 		g.give(got - m)
-		g.clipped = true
-		g.paceAt = g.now + max(interval, paceWait(next, g.now, tolerance))
+		return m, held{clipped: true, paceAt: t + max(interval, paceWait(next, t, tolerance))}
 	}
-	return m
+	return m, held{}
 }

@@ -336,10 +336,10 @@ func free(x *entry, p *plan, cfg *Config) bool {
 // who is who asks (see transition); cand is the newcomer whose own request
 // asks for the plan (0: none): a re-plan, or the first plan, counts it
 // even unproven (promoted), the only unproven newcomer it counts.
-func (r *registry) replan(real int64, who caller, cand uint64, flush func()) (stepKind, error) {
+func (r *registry) replan(real int64, who caller, cand uint64, flush func(t int64)) (stepKind, error) {
 	if t := real + r.view.shift; flush != nil && r.view.id != 0 {
 		if step, _ := transition(&r.view, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.viewBad {
-			flush() // this worker's demand counts in the plan of a new window
+			flush(t) // this worker's demand counts in the plan of a new window
 		}
 	}
 	var (
