@@ -191,9 +191,9 @@ func BenchmarkRollover(b *testing.B) {
 			b.ResetTimer()
 			cpu := processCPU()
 			for i := 0; i < b.N; i++ {
-				id := l.reg.view.id
+				id := l.view.plan.id
 				l.TickAt(t0.Add(time.Duration(i+1) * cfg.Cycle))
-				if l.reg.view.id != id+1 {
+				if l.view.plan.id != id+1 {
 					b.Fatalf("tick %d made no plan", i)
 				}
 			}

@@ -1,5 +1,5 @@
 // Package engine owns Borrowcycle's limiting logic: the allocation policy,
-// the window state machine, the client registry, admission decisions, and
+// the window state machine, the client view, admission decisions, and
 // the protocol by which several workers share one limit through a Store. It
 // is pure Go: it never imports proxy-wasm, and every time it uses comes from
 // the caller (AdmitAt, AdmitNAt, TickAt, RegisterAt).
@@ -45,9 +45,10 @@
 // compare-and-swap loop (record.go). transition (transition.go) is the pure
 // function that decides whether to stay, roll into a new window, jump past
 // a stuck one, re-plan, hold a newcomer or refuse it; plan.go derives
-// shares; the registry (registry.go) owns the cached view of shared state;
-// the ledger (ledger.go) alone grants units. docs/design.md gives the
-// argument, and the bound per true-time window.
+// shares; the view (view.go) is what one worker knows of the shared state
+// between calls, and grants units only through sync (lease.go); the
+// Limiter (limiter.go) orchestrates. docs/design.md gives the argument, and
+// the bound per true-time window.
 //
 // # Fleet mode
 //

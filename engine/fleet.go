@@ -23,7 +23,7 @@ import (
 //     until the window is half over, a process leases at most its share of
 //     the fleet capacity in proportion to its share of the fleet's demand;
 //     after that, what is left goes to whoever still needs it.
-//   - The window budget (ledger.adjust) grants at most what the process holds
+//   - The window budget (view.adjust) grants at most what the process holds
 //     for the window (fleetCap): Gubernator granted it first.
 //   - Units are given back by taking them out of the budget first (so no
 //     worker can still grant them), then lowering the lease, then sending
@@ -207,11 +207,11 @@ func newFleetWorker(cfg *Config) *fleetWorker {
 // fleetCap is the most the window budget may have granted in window k: its
 // capacity, and in fleet mode no more than the process holds for k. An
 // unreadable fleet record holds nothing.
-func (g *ledger) fleetCap(capacity, k int64) int64 {
+func (g *view) fleetCap(capacity, k int64) int64 {
 	if g.fleet == nil {
 		return capacity
 	}
-	s, _, err := g.fleet.read(g.reg.store)
+	s, _, err := g.fleet.read(g.store)
 	if err != nil {
 		return 0
 	}
@@ -237,7 +237,7 @@ func (w *fleetWorker) noteAsked(n, window int64) {
 // outcome with FleetDoneAt. Give-backs are taken out of the budget before
 // the call is returned, so they are in force whatever becomes of it.
 func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
-	w := l.led.fleet
+	w := l.view.fleet
 	if w == nil {
 		return LeaseCall{}, false
 	}
@@ -250,7 +250,7 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 	k, _, _ := WindowAt(now, l.cfg.Cycle, l.cfg.WindowOffset)
 	var syncer, due bool
 	var id uint64 // this worker's id, kept only once the record holding it is written
-	err := w.update(l.reg.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	err := w.update(l.view.store, l.cfg.CASRetries, func(s *fleetState) bool {
 		changed := false
 		id = w.id
 		if id == 0 || id > s.nextID {
@@ -297,11 +297,11 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 // planCall sizes the syncer's callout at t in window k from the demand the
 // budget and the fleet record show, and takes give-backs out of the budget.
 func (l *Limiter) planCall(t, k int64) LeaseCall {
-	w, f := l.led.fleet, l.cfg.Fleet
+	w, f := l.view.fleet, l.cfg.Fleet
 	used := l.budgetUsed(k)
 	var s fleetState
 	var plan leasePlan
-	err := w.update(l.reg.store, l.cfg.CASRetries, func(st *fleetState) bool {
+	err := w.update(l.view.store, l.cfg.CASRetries, func(st *fleetState) bool {
 		cur := st.claim(k)
 		cur.used = used
 		s = *st
@@ -348,7 +348,7 @@ func (l *Limiter) hit(k, n int64) LeaseHit {
 
 // budgetUsed is what the window budget has granted in window k.
 func (l *Limiter) budgetUsed(k int64) int64 {
-	raw, _, err := l.reg.store.Get(l.reg.budgetKey)
+	raw, _, err := l.view.store.Get(l.view.budgetKey)
 	if err != nil {
 		return 0
 	}
@@ -364,15 +364,15 @@ func (l *Limiter) budgetUsed(k int64) int64 {
 // and returns the budget units, which the lower lease no longer covers. It
 // returns the units to send back to Gubernator.
 func (l *Limiter) reclaim(t, k, n int64) int64 {
-	if err := l.current(t); err != nil || l.reg.view.window != k {
+	if err := l.current(t); err != nil || l.view.plan.window != k {
 		return 0
 	}
-	got, _, err := l.led.adjust(n, borrowGate{})
+	got, _, err := l.view.adjust(n, borrowGate{})
 	if err != nil || got <= 0 {
 		return 0
 	}
-	w := l.led.fleet
-	err = w.update(l.reg.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	w := l.view.fleet
+	err = w.update(l.view.store, l.cfg.CASRetries, func(s *fleetState) bool {
 		sl := s.slot(k)
 		if sl == nil {
 			got = 0
@@ -387,14 +387,14 @@ func (l *Limiter) reclaim(t, k, n int64) int64 {
 		l.obs.StoreFailure("fleet record", err)
 		return 0
 	}
-	l.led.give(got)
+	l.view.give(got)
 	return got
 }
 
 // FleetDoneAt applies the outcome of call: replies (one per hit, in order)
 // or err when the callout failed, timed out or its answer was garbage.
 func (l *Limiter) FleetDoneAt(now time.Time, call LeaseCall, replies []LeaseReply, err error) FleetEvent {
-	w := l.led.fleet
+	w := l.view.fleet
 	if w == nil {
 		return FleetEvent{}
 	}
@@ -407,7 +407,7 @@ func (l *Limiter) FleetDoneAt(now time.Time, call LeaseCall, replies []LeaseRepl
 	}
 	k, _, _ := WindowAt(now, l.cfg.Cycle, l.cfg.WindowOffset)
 	var ev FleetEvent
-	uerr := w.update(l.reg.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	uerr := w.update(l.view.store, l.cfg.CASRetries, func(s *fleetState) bool {
 		ev = applyReplies(s, call, replies, err, k)
 		return true
 	})

@@ -438,7 +438,7 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 	}
 	now := fleetEpoch.Add(time.Second)
 	k, _, _ := WindowAt(now, cfg.Cycle, 0)
-	if err := l.led.fleet.update(store, 4, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
+	if err := l.view.fleet.update(store, 4, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
 		t.Fatal(err)
 	}
 	admitted := 0
@@ -452,12 +452,12 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 		t.Fatalf("set-up: admitted %d, budget granted %d; want 30 admitted and some of the 50 held still free", admitted, granted)
 	}
 	got := l.reclaim(now.UnixNano(), k, 45)
-	s, _, _ := l.led.fleet.read(store)
+	s, _, _ := l.view.fleet.read(store)
 	if got != 50-granted || s.slot(k).leased != granted {
 		t.Fatalf("admitted %d, budget granted %d: reclaimed %d, hold now %d; want %d and %d",
 			admitted, granted, got, s.slot(k).leased, 50-granted, granted)
 	}
-	if n, _, _ := l.led.adjust(1, borrowGate{}); n != 0 {
+	if n, _, _ := l.view.adjust(1, borrowGate{}); n != 0 {
 		t.Errorf("the budget granted %d more after the give-back", n)
 	}
 }
@@ -480,7 +480,7 @@ func TestUnreadableFleetRecordHoldsNothing(t *testing.T) {
 	if _, ok := l.FleetCallAt(fleetEpoch); !ok {
 		t.Error("no callout after the record was started afresh")
 	}
-	if _, _, err := l.led.fleet.read(store); err != nil {
+	if _, _, err := l.view.fleet.read(store); err != nil {
 		t.Errorf("record still unreadable: %v", err)
 	}
 }

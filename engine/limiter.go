@@ -73,8 +73,7 @@ type Limiter struct {
 	cfg   Config
 	clock Clock
 	obs   Observer
-	reg   *registry
-	led   ledger
+	view  *view
 	dirty []*clientState // clients with a lease or unwritten demand: the tick's work
 	// failOpen counts the units this worker admitted on store errors in
 	// one window (see failure).
@@ -108,12 +107,12 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 	for _, o := range opts {
 		o(l)
 	}
-	l.reg = newRegistry(&l.cfg, store, l.obs)
+	l.view = newView(&l.cfg, store, l.obs)
 	if cfg.MaxIDsPerPeer > 0 {
-		l.peers = newPeerTable(&l.cfg, l.reg.own)
+		l.peers = newPeerTable(&l.cfg, l.view.own)
 		l.peerMarks = make(map[uint64]peerMark)
 	}
-	l.led = ledger{reg: l.reg, cfg: &l.cfg, fleet: newFleetWorker(&l.cfg)}
+	l.view.fleet = newFleetWorker(&l.cfg)
 	return l, nil
 }
 
@@ -135,9 +134,9 @@ func (l *Limiter) AdmitFromAt(now time.Time, peer, client string, cost int64) De
 	}
 	real := l.read(now)
 	if err := l.current(real); err != nil {
-		return l.failure(real+l.reg.view.shift, max(cost, 1), err)
+		return l.failure(real+l.view.plan.shift, max(cost, 1), err)
 	}
-	t := real + l.reg.view.shift
+	t := real + l.view.plan.shift
 	switch ok, err := l.peerAllows(t, clientHash(peer), clientHash(client)); {
 	case err != nil:
 		return l.failure(t, max(cost, 1), err)
@@ -151,8 +150,8 @@ func (l *Limiter) AdmitFromAt(now time.Time, peer, client string, cost int64) De
 // window: from this worker's mark when it settles it, else from the
 // peer's record (allowID), which the mark then keeps.
 func (l *Limiter) peerAllows(t int64, peer, h uint64) (bool, error) {
-	k := l.reg.view.window
-	if l.reg.view.id == 0 {
+	k := l.view.plan.window
+	if l.view.plan.id == 0 {
 		k = windowIndex(t, &l.cfg)
 	}
 	m, ok := l.peerMarks[peer]
@@ -166,7 +165,7 @@ func (l *Limiter) peerAllows(t int64, peer, h uint64) (bool, error) {
 			return false, nil
 		}
 	}
-	verdict, ids, err := l.reg.allowID(l.peers, k, peer, h, l.cfg.MaxIDsPerPeer)
+	verdict, ids, err := l.view.allowID(l.peers, k, peer, h, l.cfg.MaxIDsPerPeer)
 	if err != nil {
 		return false, err
 	}
@@ -192,12 +191,12 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	cost = max(cost, 1)
 	real := l.read(now)
 	if err := l.current(real); err != nil {
-		return l.failure(real+l.reg.view.shift, cost, err)
+		return l.failure(real+l.view.plan.shift, cost, err)
 	}
-	t := real + l.reg.view.shift // the shifted clock (see transition)
-	l.led.fleet.noteAsked(cost, l.reg.view.window)
+	t := real + l.view.plan.shift // the shifted clock (see transition)
+	l.view.fleet.noteAsked(cost, l.view.plan.window)
 	h := clientHash(client)
-	if cs := l.reg.clients[h]; cs != nil {
+	if cs := l.view.clients[h]; cs != nil {
 		return l.admitKnown(t, cs, cost, true)
 	}
 	return l.admitUnknown(t, h, cost)
@@ -212,10 +211,10 @@ func (l *Limiter) TickAt(now time.Time) {
 	if err := l.refresh(real); err != nil {
 		return
 	}
-	t := real + l.reg.view.shift
+	t := real + l.view.plan.shift
 	l.tickClients(t)
-	if step, _ := transition(&l.reg.view, &l.cfg, t, l.reg.behind(t), callerCounted); step != stepStay {
-		_, _ = l.reg.replan(real, callerCounted, 0, l.flush)
+	if step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), callerCounted); step != stepStay {
+		_, _ = l.view.replan(real, callerCounted, 0, l.flush)
 	}
 }
 
@@ -223,11 +222,11 @@ func (l *Limiter) TickAt(now time.Time) {
 func (l *Limiter) tickClients(t int64) {
 	keep := l.dirty[:0]
 	for _, cs := range l.dirty {
-		if cs.window == l.reg.view.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
-			l.led.sync(cs, 0, !cs.used, t)
+		if cs.window == l.view.plan.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
+			l.view.sync(cs, 0, !cs.used, t)
 		}
 		cs.used = false
-		if cs.window == l.reg.view.window && (cs.lease > 0 || cs.unflushed > 0) {
+		if cs.window == l.view.plan.window && (cs.lease > 0 || cs.unflushed > 0) {
 			keep = append(keep, cs)
 		} else {
 			cs.dirty = false
@@ -241,8 +240,8 @@ func (l *Limiter) tickClients(t int64) {
 // that the plan counts it.
 func (l *Limiter) flush(t int64) {
 	for _, cs := range l.dirty {
-		if cs.unflushed > 0 && cs.window == l.reg.view.window && cs.plan != 0 {
-			l.led.sync(cs, 0, false, t)
+		if cs.unflushed > 0 && cs.window == l.view.plan.window && cs.plan != 0 {
+			l.view.sync(cs, 0, false, t)
 		}
 	}
 }
@@ -264,28 +263,28 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	if err := l.refresh(real); err != nil {
 		return err
 	}
-	t := real + l.reg.view.shift
+	t := real + l.view.plan.shift
 	for i, c := range clients {
 		if c == "" {
 			continue
 		}
 		h := clientHash(c)
-		if _, e, found, err := l.reg.find(h); err != nil {
+		if _, e, found, err := l.view.find(h); err != nil {
 			return err
-		} else if found && (!registered(&e, &l.reg.view) || !expired(&e, &l.reg.view, &l.cfg)) {
+		} else if found && (!registered(&e, &l.view.plan) || !expired(&e, &l.view.plan, &l.cfg)) {
 			continue
 		}
 		// Arrivals a nanosecond apart keep the declared order: it breaks
 		// rounding ties, like registration order does.
-		if err := l.reg.insert(h, t+int64(i), 0); err != nil && !errors.Is(err, errFull) {
+		if err := l.view.insert(h, t+int64(i), 0); err != nil && !errors.Is(err, errFull) {
 			return err // a client that finds the table full learns it at its next request
 		}
 	}
 	who := callerCounted // declared clients count as proven: a re-plan is wanted
-	if l.reg.view.id == 0 {
+	if l.view.plan.id == 0 {
 		who = callerWaiting // the first plan
 	}
-	_, err := l.reg.replan(real, who, 0, l.flush)
+	_, err := l.view.replan(real, who, 0, l.flush)
 	return err
 }
 
@@ -308,7 +307,7 @@ func HashID(client string) uint64 { return clientHash(client) }
 // every bucket: it is for tests, the simulator and diagnostics, not for the
 // request path.
 func (l *Limiter) Snapshot() Snapshot {
-	p := &l.reg.view
+	p := &l.view.plan
 	start, end := planWindow(p, &l.cfg)
 	s := Snapshot{
 		Plan:     p.id,
@@ -322,8 +321,8 @@ func (l *Limiter) Snapshot() Snapshot {
 	if p.id == 0 {
 		return s
 	}
-	for b := 0; b < l.reg.nb; b++ {
-		raw, _, err := l.reg.store.Get(l.reg.key(b))
+	for b := 0; b < l.view.nb; b++ {
+		raw, _, err := l.view.store.Get(l.view.key(b))
 		if err != nil {
 			continue
 		}
@@ -336,7 +335,7 @@ func (l *Limiter) Snapshot() Snapshot {
 				continue
 			}
 			if e.plan < p.id {
-				rebase(&e, p, l.reg.pol, &l.cfg)
+				rebase(&e, p, l.view.pol, &l.cfg)
 			}
 			s.Clients[e.hash] = e.share
 		}
@@ -346,22 +345,22 @@ func (l *Limiter) Snapshot() Snapshot {
 
 // ActiveClients is the number of clients counted in the plan this worker
 // last read.
-func (l *Limiter) ActiveClients() int { return int(l.reg.view.n) }
+func (l *Limiter) ActiveClients() int { return int(l.view.plan.n) }
 
 // refresh reads the plan; an unreadable one is replaced at once by a plan
-// for the clock's window (see registry.replan). real is the clock's reading
+// for the clock's window (see view.replan). real is the clock's reading
 // (unshifted).
 //
 // The plan it reads may be a window the clock has already left (nobody has
 // rolled yet): it then plans the clock's window before anyone decides under
 // the plan read, as current does.
 func (l *Limiter) refresh(real int64) error {
-	corrupt, err := l.reg.read()
+	corrupt, err := l.view.read()
 	if err != nil {
 		return err
 	}
 	if corrupt {
-		if _, err := l.reg.replan(real, callerCounted, 0, l.flush); err != nil {
+		if _, err := l.view.replan(real, callerCounted, 0, l.flush); err != nil {
 			return err
 		}
 	}
@@ -372,17 +371,17 @@ func (l *Limiter) refresh(real int64) error {
 // planning a new window when the running one is over. It reads the store
 // only when the cached plan says a step is due.
 func (l *Limiter) current(real int64) error {
-	if l.reg.view.born < l.reg.born {
-		if err := l.reg.claim(); err != nil {
+	if l.view.plan.born < l.view.born {
+		if err := l.view.claim(); err != nil {
 			return err
 		}
 	}
-	t := real + l.reg.view.shift
-	step, _ := transition(&l.reg.view, &l.cfg, t, l.reg.behind(t), callerCounted)
+	t := real + l.view.plan.shift
+	step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), callerCounted)
 	if step == stepStay {
 		return nil
 	}
-	_, err := l.reg.replan(real, callerCounted, 0, l.flush)
+	_, err := l.view.replan(real, callerCounted, 0, l.flush)
 	return err
 }
 
@@ -395,8 +394,8 @@ func (l *Limiter) current(real int64) error {
 // it stays behind).
 func (l *Limiter) read(now time.Time) int64 {
 	t := now.UnixNano()
-	if l.reg.born == 0 {
-		l.reg.born = t
+	if l.view.born == 0 {
+		l.view.born = t
 	}
 	if t < l.latest && l.latest-t <= maxLag(&l.cfg) {
 		return l.latest
@@ -410,13 +409,13 @@ func (l *Limiter) read(now time.Time) int64 {
 func maxLag(cfg *Config) int64 { return int64(max(cfg.Cycle, time.Second)) }
 
 // unshifted is the clock reading behind the shifted time t.
-func (l *Limiter) unshifted(t int64) int64 { return t - l.reg.view.shift }
+func (l *Limiter) unshifted(t int64) int64 { return t - l.view.plan.shift }
 
 // admitKnown admits a counted client from this worker's lease, leasing
 // more when it runs short. retry allows one more pass after the view was
 // found stale.
 func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) Decision {
-	p := &l.reg.view
+	p := &l.view.plan
 	if cs.window != p.window {
 		cs.reset(p.window)
 	}
@@ -430,14 +429,14 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		cs.lease -= cost
 		cs.used = true
 		if l.flushDue(cs) {
-			l.led.sync(cs, 0, false, t)
+			l.view.sync(cs, 0, false, t)
 		}
 		return l.admit(t, cs)
 	}
 	if current && cs.exhausted && !l.flushDue(cs) && cs.waitsForPool(t) {
 		return l.overLimit(t, cs)
 	}
-	switch l.led.sync(cs, cost-max(cs.lease, 0), false, t) {
+	switch l.view.sync(cs, cost-max(cs.lease, 0), false, t) {
 	case syncOK:
 		if cs.lease >= cost {
 			cs.lease -= cost
@@ -451,10 +450,10 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 			return l.failure(t, cost, err)
 		}
 		cs.unflushed -= cost // counted again by the retry
-		if retry && l.reg.view.id != before {
+		if retry && l.view.plan.id != before {
 			return l.admitKnown(t, cs, cost, false)
 		}
-		if st := l.led.sync(cs, 0, false, t); st == syncPending {
+		if st := l.view.sync(cs, 0, false, t); st == syncPending {
 			return l.pending(t)
 		}
 		// The entry names a plan that does not exist: unusable until the
@@ -465,7 +464,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		return l.overLimit(t, cs)
 	case syncGone:
 		cs.unflushed -= cost
-		delete(l.reg.clients, cs.hash)
+		delete(l.view.clients, cs.hash)
 		cs.lease, cs.unflushed = 0, 0
 		return l.admitUnknown(t, cs.hash, cost)
 	case syncBusy:
@@ -494,11 +493,11 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 // repeats while the table is full, and repeats of a newcomer told to wait
 // once proven, touch no shared state.
 func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
-	r := l.reg
+	r := l.view
 	defer r.forgetRead() // find's read serves this request only
 	refusedBefore := false
-	if w, ok := r.refused[h]; ok && w == r.view.window {
-		if int(r.view.n)+int(r.view.pending) >= l.cfg.MaxClients {
+	if w, ok := r.refused[h]; ok && w == r.plan.window {
+		if int(r.plan.n)+int(r.plan.pending) >= l.cfg.MaxClients {
 			return l.tableFull(t)
 		}
 		refusedBefore = true
@@ -506,20 +505,20 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	if !refusedBefore && l.closedTo(t, h) {
 		return l.refuse(t, h)
 	}
-	if m, ok := r.waiting[h]; ok && m.plan == r.view.id && m.proven && (r.view.pending == 0 || !replanAllowed(&r.view, &l.cfg, t)) {
+	if m, ok := r.waiting[h]; ok && m.plan == r.plan.id && m.proven && (r.plan.pending == 0 || !replanAllowed(&r.plan, &l.cfg, t)) {
 		// Proven and told to wait under this plan, and no re-plan can be
 		// due yet (or none is wanted as far as this worker knows: its next
 		// tick catches up).
 		return l.pending(t)
 	}
-	if r.view.id == 0 {
+	if r.plan.id == 0 {
 		// No plan seen yet: read it, or every client looks new.
 		if err := l.refresh(l.unshifted(t)); err != nil {
 			return l.failure(t, cost, err)
 		}
 	}
 	b, e, found, err := r.find(h)
-	if err == nil && found && !registered(&e, &r.view) {
+	if err == nil && found && !registered(&e, &r.plan) {
 		// Waiting, as far as this worker's view goes: the view may be
 		// behind the plan that counted it.
 		if err := l.refresh(l.unshifted(t)); err != nil {
@@ -535,12 +534,12 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		}
 		return l.failure(t, cost, err)
 	}
-	if found && counted(&e, &r.view, &l.cfg) {
+	if found && counted(&e, &r.plan, &l.cfg) {
 		return l.admitKnown(t, l.track(h, b, e.created), cost, true)
 	}
 	who, cand := callerCounted, uint64(0)
 	switch {
-	case found && waitingUnproven(&e) && r.view.id == 0:
+	case found && waitingUnproven(&e) && r.plan.id == 0:
 		// No plan yet: the first plan counts the newcomer that makes it.
 		// (Proving would write a plan id no plan was published under,
 		// which the first plan may not have seen.)
@@ -548,14 +547,14 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	case found && waitingUnproven(&e):
 		// It asked again: proven. The next re-plan counts it.
 		err = r.prove(e, t)
-	case !found && refusedBefore && r.view.id != 0:
+	case !found && refusedBefore && r.plan.id != 0:
 		// Refused before in this window, and it asked again: proven.
-		k := r.view.window
+		k := r.plan.window
 		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t)
-	case found && !registered(&e, &r.view):
+	case found && !registered(&e, &r.plan):
 		// Proven already, waiting for the next re-plan.
 	default: // new, or returning after expiry
-		if step, _ := transition(&r.view, &l.cfg, t, r.behind(t), callerNew); step == stepTableFull {
+		if step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), callerNew); step == stepTableFull {
 			r.markRead(h)
 			return l.refuse(t, h)
 		}
@@ -578,10 +577,10 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	// (counted in the plan's pending): a plan is made now when allowed.
 	// (Before the first plan, any client in the table asks for it.)
 	proven := who == callerCounted
-	if r.view.id == 0 {
+	if r.plan.id == 0 {
 		who = callerWaiting
 	}
-	if step, _ := transition(&r.view, &l.cfg, t, r.behind(t), who); step == stepPending || step == stepStay {
+	if step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), who); step == stepPending || step == stepStay {
 		// No re-plan is due as far as the view goes (a tick catches up
 		// when the view is behind).
 		l.wait(h, proven)
@@ -594,7 +593,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		return l.pending(t)
 	}
 	b, e, found, err = r.find(h)
-	if err != nil || !found || !counted(&e, &r.view, &l.cfg) {
+	if err != nil || !found || !counted(&e, &r.plan, &l.cfg) {
 		l.wait(h, proven)
 		return l.pending(t)
 	}
@@ -602,23 +601,23 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 }
 
 func (l *Limiter) wait(h uint64, proven bool) {
-	if len(l.reg.waiting) >= localCacheMax {
-		clear(l.reg.waiting)
+	if len(l.view.waiting) >= localCacheMax {
+		clear(l.view.waiting)
 	}
-	l.reg.waiting[h] = waitMark{plan: l.reg.view.id, proven: proven}
+	l.view.waiting[h] = waitMark{plan: l.view.plan.id, proven: proven}
 }
 
 func (l *Limiter) track(h uint64, b int, created uint64) *clientState {
-	cs := &clientState{hash: h, bucket: b, window: l.reg.view.window, created: created}
-	l.reg.clients[h] = cs
+	cs := &clientState{hash: h, bucket: b, window: l.view.plan.window, created: created}
+	l.view.clients[h] = cs
 	return cs
 }
 
 func (l *Limiter) refuse(t int64, h uint64) Decision {
-	if len(l.reg.refused) >= localCacheMax {
-		clear(l.reg.refused)
+	if len(l.view.refused) >= localCacheMax {
+		clear(l.view.refused)
 	}
-	l.reg.refused[h] = l.reg.view.window
+	l.view.refused[h] = l.view.plan.window
 	return l.tableFull(t)
 }
 
@@ -631,15 +630,15 @@ func (l *Limiter) refuse(t int64, h uint64) Decision {
 // a client proven by another worker since this worker's view was read,
 // which waits at most for this worker's next tick.
 func (l *Limiter) closedTo(t int64, h uint64) bool {
-	r := l.reg
-	if r.view.pending != 0 {
+	r := l.view
+	if r.plan.pending != 0 {
 		return false
 	}
 	m := r.markOf(h)
 	if m == nil || m.mayHold(h) {
 		return false
 	}
-	step, _ := transition(&r.view, &l.cfg, t, r.behind(t), callerNew)
+	step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), callerNew)
 	return step == stepTableFull || (m.waitingFull && step != stepRoll)
 }
 
@@ -650,7 +649,7 @@ func (l *Limiter) flushDue(cs *clientState) bool {
 // Decisions.
 
 func (l *Limiter) untilWindowEnd(t int64) time.Duration {
-	return untilWindowEnd(&l.reg.view, &l.cfg, t)
+	return untilWindowEnd(&l.view.plan, &l.cfg, t)
 }
 
 func (l *Limiter) admit(t int64, cs *clientState) Decision {
@@ -661,7 +660,7 @@ func (l *Limiter) admit(t int64, cs *clientState) Decision {
 		Remaining: max(0, cs.share-cs.granted) + cs.lease,
 		Reset:     l.untilWindowEnd(t),
 		Plan:      cs.plan,
-		Window:    l.reg.view.window,
+		Window:    l.view.plan.window,
 	}
 }
 
@@ -688,7 +687,7 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 }
 
 func (l *Limiter) pending(t int64) Decision {
-	return l.reject(ReasonPending, l.untilWindowEnd(t), untilReplan(&l.reg.view, &l.cfg, t))
+	return l.reject(ReasonPending, l.untilWindowEnd(t), untilReplan(&l.view.plan, &l.cfg, t))
 }
 
 // tooManyIDs: the peer's ids for the window are taken; the next window
@@ -710,8 +709,8 @@ func (l *Limiter) reject(reason Reason, reset, retryAfter time.Duration) Decisio
 		Reason:      reason,
 		Reset:       reset,
 		RetryAfter:  retryAfter,
-		Plan:        l.reg.view.id,
-		Window:      l.reg.view.window,
+		Plan:        l.view.plan.id,
+		Window:      l.view.plan.window,
 	}
 }
 
@@ -736,8 +735,8 @@ func (l *Limiter) failure(t, cost int64, err error) Decision {
 		Reason:     ReasonStoreFailure,
 		Reset:      l.untilWindowEnd(t),
 		RetryAfter: time.Second,
-		Plan:       l.reg.view.id,
-		Window:     l.reg.view.window,
+		Plan:       l.view.plan.id,
+		Window:     l.view.plan.window,
 	}
 	if errors.Is(err, ErrRetriesExhausted) {
 		d.Reason = ReasonContended

@@ -439,8 +439,8 @@ func TestFutureEntryIsRepairedNotFailedOpen(t *testing.T) {
 	if err := l.RegisterAt(t0, "X"); err != nil {
 		t.Fatal(err)
 	}
-	key := l.reg.key(l.reg.home(HashID("X")))
-	bogus := appendBucket(nil, &bucketVal{entries: []entry{{hash: HashID("X"), plan: 1 << 40, share: 40, window: l.reg.view.window, active: l.reg.view.window}}})
+	key := l.view.key(l.view.home(HashID("X")))
+	bogus := appendBucket(nil, &bucketVal{entries: []entry{{hash: HashID("X"), plan: 1 << 40, share: 40, window: l.view.plan.window, active: l.view.plan.window}}})
 	if err := store.Set(key, bogus, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +504,7 @@ func TestCorruptSlotRejectsLocally(t *testing.T) {
 	if err := l.RegisterAt(t0, "X"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Set(l.reg.key(l.reg.home(HashID("X"))), []byte("garbage"), 0); err != nil {
+	if err := store.Set(l.view.key(l.view.home(HashID("X"))), []byte("garbage"), 0); err != nil {
 		t.Fatal(err)
 	}
 	store.ops.Store(0)

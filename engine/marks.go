@@ -13,7 +13,7 @@ package engine
 // at worst make every lookup a "maybe", which costs what it cost without
 // marks.
 type bucketMark struct {
-	plan        uint64    // registry.marksFrom when marked; 0: no mark
+	plan        uint64    // view.marksFrom when marked; 0: no mark
 	bloom       [4]uint64 // 256 bits, three per hash
 	waitingFull bool      // maxWaitingPerBucket unproven newcomers of the plan's window
 }
@@ -47,8 +47,8 @@ func (m *bucketMark) mayHold(h uint64) bool {
 // bucket that does not exist). A bucket with its overflow flag set is not
 // marked: clients homed in it may live in the buckets after it, which the
 // mark does not describe.
-func (r *registry) mark(b int, bkt *bucketVal) {
-	if r.view.id == 0 || (bkt != nil && bkt.overflow) {
+func (r *view) mark(b int, bkt *bucketVal) {
+	if r.plan.id == 0 || (bkt != nil && bkt.overflow) {
 		return
 	}
 	if r.marks == nil {
@@ -59,14 +59,14 @@ func (r *registry) mark(b int, bkt *bucketVal) {
 		for i := range bkt.entries {
 			m.add(bkt.entries[i].hash)
 		}
-		m.waitingFull = waitingIn(bkt, &r.view, r.cfg) >= maxWaitingPerBucket
+		m.waitingFull = waitingIn(bkt, &r.plan, r.cfg) >= maxWaitingPerBucket
 	}
 	r.marks[b] = m
 }
 
 // markRead marks h's home bucket from find's read of it, when find read it
 // (and no bucket after it).
-func (r *registry) markRead(h uint64) {
+func (r *view) markRead(h uint64) {
 	last, b := r.lastRead, r.home(h)
 	switch {
 	case !last.valid || last.bucket != b:
@@ -78,8 +78,8 @@ func (r *registry) markRead(h uint64) {
 }
 
 // markOf is the mark of h's home bucket under the view, nil if none.
-func (r *registry) markOf(h uint64) *bucketMark {
-	if r.marks == nil || r.view.id == 0 {
+func (r *view) markOf(h uint64) *bucketMark {
+	if r.marks == nil || r.plan.id == 0 {
 		return nil
 	}
 	if m := &r.marks[r.home(h)]; m.plan == r.marksFrom {

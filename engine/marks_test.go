@@ -123,11 +123,11 @@ func TestWaitingFullBucketRefusesFromMarks(t *testing.T) {
 	m := newMarkTest(t, 1000, "steady")  // 64 buckets
 	at := t0.Add(100 * time.Millisecond) // no re-plan before MinCycle
 	// Fill one bucket's places for newcomers through a.
-	home := m.a.reg.home(clientHash("w-0"))
+	home := m.a.view.home(clientHash("w-0"))
 	var waiting []string
 	for i := 0; len(waiting) < maxWaitingPerBucket; i++ {
 		id := "w-" + strconv.Itoa(i)
-		if m.a.reg.home(clientHash(id)) != home {
+		if m.a.view.home(clientHash(id)) != home {
 			continue
 		}
 		if d := m.a.AdmitAt(at, id); d.Reason != ReasonPending {
@@ -137,7 +137,7 @@ func TestWaitingFullBucketRefusesFromMarks(t *testing.T) {
 	}
 	var flood []string
 	for i := 0; len(flood) < 100; i++ {
-		if id := "f-" + strconv.Itoa(i); m.b.reg.home(clientHash(id)) == home {
+		if id := "f-" + strconv.Itoa(i); m.b.view.home(clientHash(id)) == home {
 			flood = append(flood, id)
 		}
 	}
@@ -158,11 +158,11 @@ func TestWaitingFullBucketRefusesFromMarks(t *testing.T) {
 	if d, _ := m.admit(m.b, at, waiting[0]); d.Reason != ReasonPending {
 		t.Fatalf("b: %s asking again: %+v, want pending", waiting[0], d)
 	}
-	if m.b.reg.view.pending != 1 {
-		t.Fatalf("pending = %d after a proof, want 1", m.b.reg.view.pending)
+	if m.b.view.plan.pending != 1 {
+		t.Fatalf("pending = %d after a proof, want 1", m.b.view.plan.pending)
 	}
 	for i := 0; ; i++ {
-		if id := "g-" + strconv.Itoa(i); m.b.reg.home(clientHash(id)) == home {
+		if id := "g-" + strconv.Itoa(i); m.b.view.home(clientHash(id)) == home {
 			if d, ops := m.admit(m.b, at, id); ops == 0 {
 				t.Fatalf("b: %s in the marked bucket while a client waits read nothing: %+v", id, d)
 			}
@@ -177,11 +177,11 @@ func TestWaitingFullBucketRefusesFromMarks(t *testing.T) {
 func TestMarksOutliveReplansThatFreeNoPlace(t *testing.T) {
 	m := newMarkTest(t, 1000, "steady")
 	at := t0.Add(100 * time.Millisecond)
-	home := m.a.reg.home(clientHash("w-0"))
+	home := m.a.view.home(clientHash("w-0"))
 	inHome := func(prefix string, n int) []string {
 		var out []string
 		for i := 0; len(out) < n; i++ {
-			if id := prefix + strconv.Itoa(i); m.a.reg.home(clientHash(id)) == home {
+			if id := prefix + strconv.Itoa(i); m.a.view.home(clientHash(id)) == home {
 				out = append(out, id)
 			}
 		}
@@ -213,15 +213,15 @@ func TestMarksOutliveReplansThatFreeNoPlace(t *testing.T) {
 	later := t0.Add(1500 * time.Millisecond)
 	var elsewhere string
 	for i := 0; elsewhere == ""; i++ {
-		if id := "n-" + strconv.Itoa(i); m.a.reg.home(clientHash(id)) != home {
+		if id := "n-" + strconv.Itoa(i); m.a.view.home(clientHash(id)) != home {
 			elsewhere = id
 		}
 	}
-	before := m.a.reg.view
+	before := m.a.view.plan
 	if d := m.a.AdmitAt(later, elsewhere); !d.Allowed {
 		t.Fatalf("a: %s past MinCycle: %+v, want admitted by a re-plan", elsewhere, d)
 	}
-	if p := m.a.reg.view; p.id != before.id+1 || p.n != before.n+1 {
+	if p := m.a.view.plan; p.id != before.id+1 || p.n != before.n+1 {
 		t.Fatalf("plan %d (n %d) after %d (n %d): want one re-plan counting one more", p.id, p.n, before.id, before.n)
 	}
 	m.b.TickAt(later)
@@ -237,7 +237,7 @@ func TestMarksOutliveReplansThatFreeNoPlace(t *testing.T) {
 	last := t0.Add(2600 * time.Millisecond)
 	m.a.TickAt(last)
 	m.b.TickAt(last)
-	if p := m.b.reg.view; p.pending != 0 || p.id != before.id+2 {
+	if p := m.b.view.plan; p.pending != 0 || p.id != before.id+2 {
 		t.Fatalf("b's view: plan %d pending %d, want the re-plan that counted the proof", p.id, p.pending)
 	}
 	next := inHome("h-", 1)[0]

@@ -67,14 +67,14 @@ func paceParams(cfg *Config) (interval, tolerance int64) {
 // "Leases"). Paced, a client of a partitioning policy may hold only its
 // paced amount of its share; when that is short, paceAt says when it is
 // not. (The fair policy paces its guarantee in its gate.)
-func (g *ledger) leaseWant(e *entry, need, seen, t int64) (want, paceAt int64) {
-	_, lends := g.reg.pol.(lender)
+func (g *view) leaseWant(e *entry, need, seen, t int64) (want, paceAt int64) {
+	_, lends := g.pol.(lender)
 	if !g.cfg.Pace && !lends {
 		return leaseSize(e.share-e.granted, need, seen), 0
 	}
 	avail := e.share - e.granted
 	if !lends {
-		p := &g.reg.view
+		p := &g.plan
 		f := windowElapsed(p, g.cfg, t)
 		avail = min(avail, pacedAmount(e.share, g.cfg.Burst, f)-e.granted)
 		if avail < need && e.granted+need <= e.share {

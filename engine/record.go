@@ -29,12 +29,12 @@ import (
 // retries that run out return ErrRetriesExhausted, which never admits (see
 // ReasonContended). A store error is reported to the Observer as op and
 // returned.
-func (r *registry) update(key, op string, read *bucketRead, change func(st stored) ([]byte, error)) error {
+func (r *view) update(key, op string, read *bucketRead, change func(st stored) ([]byte, error)) error {
 	return casUpdate(r.store, r.obs, r.cfg.CASRetries, key, op, read, change)
 }
 
 // casUpdate is update over any store (the fleet record's owner has no
-// registry).
+// view).
 func casUpdate(store Store, obs Observer, retries int, key, op string, read *bucketRead, change func(st stored) ([]byte, error)) error {
 	for attempt := 0; attempt < retries; attempt++ {
 		var raw []byte

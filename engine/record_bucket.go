@@ -20,7 +20,7 @@ const (
 	bucketSlots   = 48 // entries per bucket key
 )
 
-// entry is one client's record in its registry bucket. The counters
+// entry is one client's record in its view bucket. The counters
 // (granted, demand) belong to window; share is the client's window
 // entitlement under plan.
 type entry struct {
@@ -44,7 +44,7 @@ type entry struct {
 // maxTries bounds an entry's recorded attempts (they stop counting there).
 const maxTries = 1 << 20
 
-// bucketVal is one registry key: up to bucketSlots entries, and whether a
+// bucketVal is one view key: up to bucketSlots entries, and whether a
 // client whose home this is ever had to be placed in a later bucket.
 type bucketVal struct {
 	overflow bool
@@ -174,7 +174,7 @@ func decodeEntry(p []byte) (entry, error) {
 // to the Observer and returned as errCorrupt: only a roller may replace it
 // (resetCorrupt). read, when not nil, is a read of the bucket made just
 // before, which serves the first attempt.
-func (r *registry) updateBucket(b int, read *bucketRead, change func(bkt *bucketVal, missing bool) (write bool, err error)) error {
+func (r *view) updateBucket(b int, read *bucketRead, change func(bkt *bucketVal, missing bool) (write bool, err error)) error {
 	key := r.key(b)
 	return r.update(key, "bucket", read, func(st stored) ([]byte, error) {
 		if st.missing {
@@ -193,8 +193,8 @@ func (r *registry) updateBucket(b int, read *bucketRead, change func(bkt *bucket
 }
 
 // resetBucket replaces unreadable bucket b, read with CAS cas, by an empty
-// one: its clients come back as newcomers. (See registry.resetCorrupt.)
-func (r *registry) resetBucket(b int, cas uint32) {
+// one: its clients come back as newcomers. (See view.resetCorrupt.)
+func (r *view) resetBucket(b int, cas uint32) {
 	r.buf = appendBucket(r.buf, &bucketVal{})
 	if err := r.store.Set(r.key(b), r.buf, cas); err != nil && !errors.Is(err, ErrCASMismatch) {
 		r.obs.StoreFailure("reset bucket", err)

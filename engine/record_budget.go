@@ -66,7 +66,7 @@ func decodeBudget(b []byte) (budget, error) {
 // readBudget reads the window budget. A missing one reads as the zero
 // budget (which ends before every window); corrupt reports an unreadable
 // one, with its CAS for resetCorrupt.
-func (r *registry) readBudget() (v budget, cas uint32, corrupt bool, err error) {
+func (r *view) readBudget() (v budget, cas uint32, corrupt bool, err error) {
 	raw, cas, err := r.store.Get(r.budgetKey)
 	if errors.Is(err, ErrNotFound) {
 		return budget{end: math.MinInt64}, 0, false, nil
@@ -90,7 +90,7 @@ func (r *registry) readBudget() (v budget, cas uint32, corrupt bool, err error) 
 // has only what the budget has not granted: what the overlapping window
 // granted is counted in this one. An unreadable budget may hide grants: it
 // leaves nothing, except to a roll into a new window.
-func (r *registry) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capacity, left int64) {
+func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capacity, left int64) {
 	capacity = r.cfg.Capacity
 	start, _ := planWindow(next, r.cfg)
 	switch {
@@ -114,7 +114,7 @@ var errStale = errors.New("view older than the budget")
 // nothing: it may hide grants, and only the next roller may reset it.
 // gate is the borrow gate of the lease being sized (fair.go); what held the
 // take back is reported for the client's Retry-After.
-func (g *ledger) take(n, t int64, gate borrowGate) (int64, held, error) {
+func (g *view) take(n, t int64, gate borrowGate) (int64, held, error) {
 	got, clipped, err := g.adjust(n, gate)
 	if err != nil {
 		return 0, held{}, err
@@ -127,14 +127,14 @@ func (g *ledger) take(n, t int64, gate borrowGate) (int64, held, error) {
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-func (g *ledger) give(n int64) { _, _, _ = g.adjust(-n, borrowGate{}) }
+func (g *view) give(n int64) { _, _, _ = g.adjust(-n, borrowGate{}) }
 
 // adjust moves the budget's granted by delta (positive: a take, limited to
 // what is left, and by gate). It is the one read-modify-write of the budget
 // key. clipped: the gate cut the take, not the budget.
-func (g *ledger) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
-	r := g.reg
-	p := &r.view
+func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
+	r := g
+	p := &r.plan
 	err = r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
 		raw, missing := st.raw, st.missing
 		moved, clipped = 0, false
@@ -194,10 +194,10 @@ func (g *ledger) adjust(delta int64, gate borrowGate) (moved int64, clipped bool
 // resetBudget replaces an unreadable budget, read with CAS cas, by the
 // budget of the view's window: empty for a window just opened (freshRoll),
 // spent otherwise, since the lost value may have held grants of this
-// window. (See registry.resetCorrupt.)
-func (r *registry) resetBudget(cas uint32, freshRoll bool) {
-	_, end := planWindow(&r.view, r.cfg)
-	v := budget{window: r.view.window, roll: r.view.roll, capacity: r.cfg.Capacity, end: end}
+// window. (See view.resetCorrupt.)
+func (r *view) resetBudget(cas uint32, freshRoll bool) {
+	_, end := planWindow(&r.plan, r.cfg)
+	v := budget{window: r.plan.window, roll: r.plan.roll, capacity: r.cfg.Capacity, end: end}
 	if !freshRoll {
 		v.granted = v.capacity
 	}

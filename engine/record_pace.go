@@ -29,11 +29,11 @@ func decodePace(b []byte) (int64, error) {
 // next one fits, for the client's Retry-After. An unreadable
 // pace key is rewritten from now: pacing is a smoothing bound, and the
 // window budget still holds.
-func (g *ledger) paced(got, t int64) (int64, held) {
+func (g *view) paced(got, t int64) (int64, held) {
 	if !g.cfg.Pace || got <= 0 {
 		return got, held{}
 	}
-	r := g.reg
+	r := g
 	key := r.paceKey
 	interval, tolerance := paceParams(g.cfg)
 	var m, next int64

@@ -117,7 +117,7 @@ const (
 // free. A peer that finds its bucket full of this window's peers is not
 // bounded (the client table still is): a flood of peers costs the bound,
 // never an honest client.
-func (r *registry) allowID(pt *peerTable, k int64, peer, h uint64, max int) (peerVerdict, []uint64, error) {
+func (r *view) allowID(pt *peerTable, k int64, peer, h uint64, max int) (peerVerdict, []uint64, error) {
 	b := int((peer ^ peer>>31) & uint64(pt.nb-1))
 	key := pt.key(b)
 	var verdict peerVerdict

@@ -2,7 +2,7 @@ package engine
 
 // The plan record (<prefix>/p): the running window, who is counted in it,
 // and what any worker needs to derive one client's share. Written by
-// updatePlan only: a new plan (registry.replan), a proven newcomer counted
+// updatePlan only: a new plan (view.replan), a proven newcomer counted
 // as pending (countPending), a newer config's claim (claim).
 
 import (
@@ -32,7 +32,7 @@ type plan struct {
 	n        uint32 // clients counted in the plan
 	pending  uint32 // proven or declared clients waiting for the next plan (unproven ones are not counted)
 	promoted uint64 // hash of the unproven newcomer this plan counts (0: none), see registered
-	buckets  uint32 // registry size the plan was computed over
+	buckets  uint32 // view size the plan was computed over
 	replan   bool   // published mid-window, for newcomers
 	params   policyParams
 	// Largest remainder as a threshold: a client's cap rounds up when
@@ -52,7 +52,7 @@ type plan struct {
 	// born is when the newest config that served this limit first read
 	// the clock (Unix ns), and newCycle, newOffset and newBuckets are that
 	// config's windows and client table: during a reconfiguration every
-	// config opens new windows the newest one's way (see registry.replan).
+	// config opens new windows the newest one's way (see view.replan).
 	born       int64
 	newCycle   int64
 	newOffset  int64
@@ -164,7 +164,7 @@ func decodePlan(b []byte, p *plan) error {
 // read reads the plan key into the view. It reports corrupt when the value
 // cannot be trusted; the view is then left as it was, with viewCAS set to
 // the unreadable value's CAS so that a roller can replace it.
-func (r *registry) read() (corrupt bool, err error) {
+func (r *view) read() (corrupt bool, err error) {
 	raw, cas, err := r.store.Get(r.planKey)
 	missing := errors.Is(err, ErrNotFound)
 	if err != nil && !missing {
@@ -175,25 +175,25 @@ func (r *registry) read() (corrupt bool, err error) {
 }
 
 // readFrom is read of a plan value already read from the store.
-func (r *registry) readFrom(st stored) (corrupt bool) {
+func (r *view) readFrom(st stored) (corrupt bool) {
 	if st.missing {
-		r.view, r.viewCAS, r.viewBad = plan{window: r.view.window}, casCreate, false
+		r.plan, r.planCAS, r.planBad = plan{window: r.plan.window}, casCreate, false
 		return false
 	}
-	if st.cas == r.viewCAS {
-		return r.viewBad
+	if st.cas == r.planCAS {
+		return r.planBad
 	}
 	var p plan
 	if err := decodePlan(st.raw, &p); err != nil {
 		r.obs.ValueReset(r.planKey, err)
-		r.viewCAS, r.viewBad = st.cas, true
+		r.planCAS, r.planBad = st.cas, true
 		return true
 	}
-	if p.id < r.view.id {
+	if p.id < r.plan.id {
 		// A plan id never goes back; an older one can only be a bad
 		// writer's. Keep what we know and let a roller replace it.
 		r.obs.ValueReset(r.planKey, errCorrupt)
-		r.viewCAS, r.viewBad = st.cas, true
+		r.planCAS, r.planBad = st.cas, true
 		return true
 	}
 	r.adopt(p, st.cas)
@@ -205,11 +205,11 @@ func (r *registry) readFrom(st stored) (corrupt bool) {
 // is not, and the view is then the last readable plan) and returns the
 // plan to publish, or nil to publish nothing. A published plan becomes the
 // view. A lost race reads the plan again and calls change again.
-func (r *registry) updatePlan(change func(cur plan, corrupt bool) (*plan, error)) (published bool, err error) {
+func (r *view) updatePlan(change func(cur plan, corrupt bool) (*plan, error)) (published bool, err error) {
 	var next *plan
 	err = r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
 		corrupt := r.readFrom(st)
-		n, err := change(r.view, corrupt)
+		n, err := change(r.plan, corrupt)
 		if err != nil || n == nil {
 			next = nil
 			return nil, err
@@ -228,7 +228,7 @@ func (r *registry) updatePlan(change func(cur plan, corrupt bool) (*plan, error)
 // countPending adds one to the plan's pending count, refusing when the
 // table is full. Before the first plan there is nothing to count in: the
 // first plan counts every entry.
-func (r *registry) countPending() error {
+func (r *view) countPending() error {
 	_, err := r.updatePlan(func(cur plan, corrupt bool) (*plan, error) {
 		switch {
 		case corrupt:
@@ -249,8 +249,8 @@ func (r *registry) countPending() error {
 // windows another way: the windows the plan's config opens from now on are
 // this config's (a reload is in force from its first request, not from the
 // first window it happens to open). The running window keeps its bounds.
-func (r *registry) claim() error {
-	if r.view.id == 0 || r.view.born >= r.born || r.ownsAlignment(&r.view) {
+func (r *view) claim() error {
+	if r.plan.id == 0 || r.plan.born >= r.born || r.ownsAlignment(&r.plan) {
 		return nil
 	}
 	_, err := r.updatePlan(func(cur plan, corrupt bool) (*plan, error) {

@@ -328,7 +328,7 @@ func TestGenuineNewcomersAreRegisteredPromptly(t *testing.T) {
 }
 
 // An unproven newcomer that never comes back holds no table room, and its
-// place in the registry only until its window ends: one-shot ids that fill
+// place in the view only until its window ends: one-shot ids that fill
 // every place leave a genuine newcomer table_full for the rest of their
 // window only, and are never counted.
 func TestUnprovenEntriesAreReclaimed(t *testing.T) {
@@ -378,7 +378,7 @@ func TestFloodFillsBucketsOnlyToTheWaitingBound(t *testing.T) {
 	if reasons[ReasonPending] != maxWaitingPerBucket || reasons[ReasonTableFull] != 100-maxWaitingPerBucket {
 		t.Fatalf("100 one-shot ids: %v, want %d pending and the rest table_full", reasons, maxWaitingPerBucket)
 	}
-	raw, _, err := store.Get(l.reg.key(0))
+	raw, _, err := store.Get(l.view.key(0))
 	if err != nil {
 		t.Fatal(err)
 	}

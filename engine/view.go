@@ -6,12 +6,14 @@ import (
 	"time"
 )
 
-// registry owns a worker's cached view of the shared state that says who
-// is counted and how shares are derived: the plan key, and the buckets of
-// client entries. It reads the plan (small, fixed size) to notice changes,
-// reads one bucket to find or register one client, and reads every bucket
-// only to compute a plan. It never decides admissions: the ledger does.
-type registry struct {
+// view is one worker's view of a limit's shared state: the plan it last
+// read, the clients it holds leases for, and its local caches (newcomers
+// refused or told to wait, bucket marks, peers). It reads the plan (small,
+// fixed size) to notice changes, reads one bucket to find or register one
+// client, and reads every bucket only to compute a plan; it grants units
+// only through sync (lease.go). The Limiter orchestrates; the view holds
+// what a worker knows between calls.
+type view struct {
 	cfg   *Config
 	pol   compactPolicy
 	store Store
@@ -24,11 +26,12 @@ type registry struct {
 	nb        int // buckets of the table in use (the plan's): a power of two
 	own       int // buckets of this config's table, about MaxClients/16
 	keys      []string
-	born      int64 // this worker's first clock reading (see plan.born)
+	born      int64        // this worker's first clock reading (see plan.born)
+	fleet     *fleetWorker // nil unless fleet mode (fleet.go)
 
-	view    plan   // the plan as last read (id 0: none yet)
-	viewCAS uint32 // CAS of view as read; 0 when unknown (then re-read before writing)
-	viewBad bool   // the value at viewCAS is unreadable: only a roller may replace it
+	plan    plan   // the plan as last read (id 0: none yet)
+	planCAS uint32 // CAS of the plan as read; 0 when unknown (then re-read before writing)
+	planBad bool   // the value at planCAS is unreadable: only a roller may replace it
 
 	clients map[uint64]*clientState // counted clients this worker has seen
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
@@ -87,12 +90,12 @@ const maxProbe = 4
 // when one is full it is cleared, so a flood costs memory O(1).
 const localCacheMax = 1 << 14
 
-func newRegistry(cfg *Config, store Store, obs Observer) *registry {
+func newView(cfg *Config, store Store, obs Observer) *view {
 	nb := 1
 	for nb*16 < cfg.MaxClients {
 		nb <<= 1
 	}
-	return &registry{
+	return &view{
 		cfg:       cfg,
 		pol:       cfg.policy(),
 		store:     store,
@@ -117,7 +120,7 @@ func tablePrefix(cfg *Config, nb int) string { return cfg.KeyPrefix + "/c/" + st
 // useTable makes the table of nb buckets the one this worker reads and
 // writes. Bucket indices of another table mean nothing in it: what the
 // worker held by bucket is dropped (it finds its clients again).
-func (r *registry) useTable(nb int) {
+func (r *view) useTable(nb int) {
 	if nb == r.nb || nb <= 0 {
 		return
 	}
@@ -127,7 +130,7 @@ func (r *registry) useTable(nb int) {
 	clear(r.clients)
 }
 
-func (r *registry) key(b int) string {
+func (r *view) key(b int) string {
 	if r.keys[b] == "" {
 		r.keys[b] = r.prefix + strconv.Itoa(b)
 	}
@@ -135,16 +138,16 @@ func (r *registry) key(b int) string {
 }
 
 // home is a client's first bucket.
-func (r *registry) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(r.nb-1)) }
+func (r *view) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(r.nb-1)) }
 
 // adopt makes p the view. Local caches keyed by plan id expire with it.
-func (r *registry) adopt(p plan, cas uint32) {
-	if p.id != r.view.id {
+func (r *view) adopt(p plan, cas uint32) {
+	if p.id != r.plan.id {
 		clear(r.waiting)
-		if !marksCarry(&r.view, &p) {
+		if !marksCarry(&r.plan, &p) {
 			r.marksFrom = p.id
 		}
-		if p.window != r.view.window {
+		if p.window != r.plan.window {
 			clear(r.refused) // (a refusal proves a repeat within its window)
 			for h, cs := range r.clients {
 				if cs.window < p.window-1 || cs.window > p.window {
@@ -153,12 +156,12 @@ func (r *registry) adopt(p plan, cas uint32) {
 			}
 		}
 	}
-	r.view, r.viewCAS, r.viewBad = p, cas, false
+	r.plan, r.planCAS, r.planBad = p, cas, false
 	r.useTable(int(p.buckets))
 }
 
 // find looks a client up: its bucket and entry, if it has one.
-func (r *registry) find(h uint64) (b int, e entry, found bool, err error) {
+func (r *view) find(h uint64) (b int, e entry, found bool, err error) {
 	b = r.home(h)
 	for probe := 0; probe <= maxProbe; probe++ {
 		raw, cas, err := r.store.Get(r.key(b))
@@ -200,7 +203,7 @@ type bucketRead struct {
 }
 
 // forgetRead drops find's read, so that no later request acts on it.
-func (r *registry) forgetRead() { r.lastRead = bucketRead{} }
+func (r *view) forgetRead() { r.lastRead = bucketRead{} }
 
 // errFull: the newcomer cannot be registered (table or probe path full).
 var errFull = errors.New("client table full")
@@ -211,21 +214,21 @@ var errFull = errors.New("client table full")
 // plan key, and it holds no table room (see prove). A declared client
 // (cost 0) enters as if proven: it is counted in the plan's pending (so
 // that the table bound holds and a re-plan is wanted), then written.
-func (r *registry) insert(h uint64, t, cost int64) error {
+func (r *view) insert(h uint64, t, cost int64) error {
 	tries := int64(0)
 	if cost > 0 {
 		tries = 1
 	}
-	if r.view.id != 0 && tries == 0 {
+	if r.plan.id != 0 && tries == 0 {
 		if err := r.countPending(); err != nil {
 			return err
 		}
 	}
 	k := windowIndex(t, r.cfg)
-	if r.view.id != 0 {
-		k = r.view.window // a late clock read still arrives in the plan's window
+	if r.plan.id != 0 {
+		k = r.plan.window // a late clock read still arrives in the plan's window
 	}
-	fresh := entry{hash: h, created: r.view.id, since: t, window: k, active: k, tries: tries, prev: float64(cost)}
+	fresh := entry{hash: h, created: r.plan.id, since: t, window: k, active: k, tries: tries, prev: float64(cost)}
 	return r.put(fresh)
 }
 
@@ -233,14 +236,14 @@ func (r *registry) insert(h uint64, t, cost int64) error {
 // (refused when the table is full) and is counted by the next plan, like
 // a declared client. An entry whose window is over starts afresh in the
 // plan's window.
-func (r *registry) prove(e entry, t int64) error {
+func (r *view) prove(e entry, t int64) error {
 	if err := r.countPending(); err != nil {
 		return err
 	}
-	if e.window < r.view.window {
-		e.since, e.window, e.active, e.demand = t, r.view.window, r.view.window, 0
+	if e.window < r.plan.window {
+		e.since, e.window, e.active, e.demand = t, r.plan.window, r.plan.window, 0
 	}
-	e.created, e.tries = r.view.id, min(e.tries+1, maxTries)
+	e.created, e.tries = r.plan.id, min(e.tries+1, maxTries)
 	return r.put(e)
 }
 
@@ -250,7 +253,7 @@ func (r *registry) prove(e entry, t int64) error {
 // where counted clients already spilled: a flood of one-shot ids fills
 // home buckets, costs O(1) store work per id, and never makes a counted
 // client's lookups longer.
-func (r *registry) put(e entry) error {
+func (r *view) put(e entry) error {
 	b := r.home(e.hash)
 	for probe := 0; probe <= maxProbe; probe++ {
 		placed, overflow, err := r.place(b, e)
@@ -268,7 +271,7 @@ func (r *registry) put(e entry) error {
 // place writes e into bucket b if there is room (a free place, or the
 // client's own expired entry, or anyone's expired entry). It reports
 // overflow when b is full, after marking it so lookups probe on.
-func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
+func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
 	var read *bucketRead
 	if last := r.lastRead; last.valid && last.bucket == b {
 		read = &last // find's read of this bucket serves the first attempt
@@ -280,19 +283,19 @@ func (r *registry) place(b int, e entry) (placed, overflow bool, err error) {
 		for i := range bkt.entries {
 			x := &bkt.entries[i]
 			if x.hash == e.hash {
-				if !free(x, &r.view, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
+				if !free(x, &r.plan, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
 					placed = true // there already, counted or waiting
 					return false, nil
 				}
 				at, own = i, true // its own entry: a returning client, or a newcomer proven
 				break
 			}
-			if at < 0 && free(x, &r.view, r.cfg) {
+			if at < 0 && free(x, &r.plan, r.cfg) {
 				at = i
 			}
 		}
 		switch {
-		case !own && waitingUnproven(&e) && waitingIn(bkt, &r.view, r.cfg) >= maxWaitingPerBucket:
+		case !own && waitingUnproven(&e) && waitingIn(bkt, &r.plan, r.cfg) >= maxWaitingPerBucket:
 			// A flood of one-shot ids fills no bucket past this: its refusals
 			// cost a read of a small bucket and no write, and once the bucket
 			// is marked, nothing (bucketMark).
@@ -336,9 +339,9 @@ func free(x *entry, p *plan, cfg *Config) bool {
 // who is who asks (see transition); cand is the newcomer whose own request
 // asks for the plan (0: none): a re-plan, or the first plan, counts it
 // even unproven (promoted), the only unproven newcomer it counts.
-func (r *registry) replan(real int64, who caller, cand uint64, flush func(t int64)) (stepKind, error) {
-	if t := real + r.view.shift; flush != nil && r.view.id != 0 {
-		if step, _ := transition(&r.view, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.viewBad {
+func (r *view) replan(real int64, who caller, cand uint64, flush func(t int64)) (stepKind, error) {
+	if t := real + r.plan.shift; flush != nil && r.plan.id != 0 {
+		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.planBad {
 			flush(t) // this worker's demand counts in the plan of a new window
 		}
 	}
@@ -360,7 +363,7 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func(t int6
 			// Plan afresh under an id above every id any entry or the budget
 			// holds (see scan), at the clock's window, or at the budget's if
 			// that is later: windows never go back, even past a lost plan.
-			cur = plan{id: r.view.id, roll: r.view.roll, shift: r.view.shift, n: 1}
+			cur = plan{id: r.plan.id, roll: r.plan.roll, shift: r.plan.shift, n: 1}
 			k := windowIndex(real+cur.shift, r.cfg)
 			if !bcorrupt && v.end > windowEnd(k, r.cfg) {
 				k = windowIndex(v.end-1, r.cfg)
@@ -452,7 +455,7 @@ func (r *registry) replan(real int64, who caller, cand uint64, flush func(t int6
 // served the limit, when that is a newer config than this worker's, with
 // a different alignment or table (its table: cur.newBuckets); nil when this
 // worker's own config is the newest, or agrees with it.
-func (r *registry) newest(cur *plan) *Config {
+func (r *view) newest(cur *plan) *Config {
 	if cur.id == 0 || cur.born <= r.born || cur.newCycle <= 0 || cur.newBuckets <= 0 || r.ownsAlignment(cur) {
 		return nil
 	}
@@ -461,7 +464,7 @@ func (r *registry) newest(cur *plan) *Config {
 	return &c
 }
 
-func (r *registry) ownsAlignment(p *plan) bool {
+func (r *view) ownsAlignment(p *plan) bool {
 	return p.newCycle == int64(r.cfg.Cycle) && p.newOffset == int64(r.cfg.WindowOffset) && int(p.newBuckets) == r.own
 }
 
@@ -472,7 +475,7 @@ func (r *registry) ownsAlignment(p *plan) bool {
 // table changed. Entries written to
 // the old table after the copy are lost with it: counters of a window the
 // new plan does not count in, or a registration that is made again.
-func (r *registry) moveTable(cur *plan, nb int, corrupt bool) error {
+func (r *view) moveTable(cur *plan, nb int, corrupt bool) error {
 	from := int(cur.buckets)
 	if from == 0 || from == nb || corrupt {
 		r.useTable(nb)
@@ -510,16 +513,16 @@ func (r *registry) moveTable(cur *plan, nb int, corrupt bool) error {
 // behind is how long this worker's clock (t, shifted) has read before the
 // view's window while the window did not move; 0 when it does not read
 // before it. A late read that catches up, or a new window, starts it anew.
-func (r *registry) behind(t int64) int64 {
-	start, _ := planWindow(&r.view, r.cfg)
+func (r *view) behind(t int64) int64 {
+	start, _ := planWindow(&r.plan, r.cfg)
 	switch {
-	case r.view.id == 0 || t >= start:
+	case r.plan.id == 0 || t >= start:
 		r.behindOn = false
 		return 0
-	case !r.behindOn || r.behindRoll != r.view.roll || t < r.behindSince:
+	case !r.behindOn || r.behindRoll != r.plan.roll || t < r.behindSince:
 		// (A reading further back, a clock that stepped back again, starts
 		// the wait anew: the time behind is measured on one clock.)
-		r.behindOn, r.behindRoll, r.behindSince = true, r.view.roll, t
+		r.behindOn, r.behindRoll, r.behindSince = true, r.plan.roll, t
 		return 0
 	}
 	return t - r.behindSince
@@ -533,7 +536,7 @@ func (r *registry) behind(t int64) int64 {
 // With checkFuture, an entry that names a plan id at or above next's is
 // impossible (if another worker had published such a plan, next's CAS will
 // fail): its bucket is treated as unreadable.
-func (r *registry) scan(cur, next *plan, checkFuture bool) (uint64, error) {
+func (r *view) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 	r.scratch.reset()
 	r.registeredNow = 0
 	r.corrupt = r.corrupt[:0]
@@ -576,7 +579,7 @@ func (r *registry) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 // the roller may: it read them before the new plan existed, so they cannot
 // hide a grant under it, and the CAS of the unreadable value makes the
 // write lose to any write since.
-func (r *registry) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
+func (r *view) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
 	for _, c := range r.corrupt {
 		r.resetBucket(c.bucket, c.cas)
 	}

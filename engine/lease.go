@@ -2,7 +2,8 @@ package engine
 
 import "errors"
 
-// ledger alone grants units. It keeps the two invariants of the engine:
+// Leases: the view grants units only here (sync, with the budget's adjust
+// and pacing's paced). They keep the two invariants of the engine:
 //
 //   - per client: an entry's granted never exceeds its share under the
 //     entry's plan, because a lease takes at most share − granted under the
@@ -14,11 +15,6 @@ import "errors"
 //
 // A worker admits only from units it leased, each unit once, so what a
 // window admits is at most what its budget granted.
-type ledger struct {
-	reg   *registry
-	cfg   *Config
-	fleet *fleetWorker // nil unless fleet mode (fleet.go)
-}
 
 // held says what held a lease back, for the client's Retry-After: the
 // borrow gate or pacing cut the take (clipped), and pacing's next unit fits
@@ -91,9 +87,9 @@ func leaseSize(avail, need, seen int64) int64 {
 // demand, optionally returns its unused lease, and optionally leases at
 // least need more units (taking them from the window budget first). t is
 // the shifted time of the call, for the borrow gate and pacing.
-func (g *ledger) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
-	r := g.reg
-	p := &r.view
+func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
+	r := g
+	p := &r.plan
 	var inHand int64 // budget units taken and not yet in the entry
 	var h held
 	defer func() {
