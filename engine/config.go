@@ -36,7 +36,7 @@ type Config struct {
 	// Policy computes shares: Seed (nil means Seed{Reservation}), Static or
 	// Fair, the closed set of policies (see Policy).
 	Policy Policy
-	// Pace spreads the capacity over the window (pacing.go): a client may
+	// Pace spreads the capacity over the window (rule_pace.go): a client may
 	// spend Burst of its share at once and the rest accrues linearly, and
 	// any interval of one cycle admits at most (1 + Burst) × Capacity.
 	// Burst is in [0, 1]; it means nothing without Pace.
@@ -44,7 +44,7 @@ type Config struct {
 	Burst float64
 	// Weights maps client ids to positive weights (default 1): a client
 	// of weight w counts as w clients in every policy's equal split
-	// (weights.go). At most MaxWeights entries.
+	// (rule_weights.go). At most MaxWeights entries.
 	Weights       map[string]float64
 	hashedWeights map[uint64]float64 // Weights by client hash, set by New
 	// MaxClients bounds the client table (registered plus pending). A

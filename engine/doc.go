@@ -42,12 +42,15 @@
 //
 // The code follows that split. Each shared record (record_*.go) owns its
 // type, its encoding and its only read-modify-write, all through one
-// compare-and-swap loop (record.go). transition (transition.go) is the pure
-// function that decides whether to stay, roll into a new window, jump past
-// a stuck one, re-plan, hold a newcomer or refuse it; plan.go derives
-// shares; the view (view.go) is what one worker knows of the shared state
-// between calls, and grants units only through sync (lease.go); the
-// Limiter (limiter.go) orchestrates. docs/design.md gives the argument, and
+// compare-and-swap loop (record.go). The pure rules (rule_*.go) take no
+// Store: transition (rule_transition.go) decides whether to stay, roll
+// into a new window, jump past a stuck one, re-plan, hold a newcomer or
+// refuse it; rule_shares.go derives shares and holds the newcomer rules;
+// the policies with weights and the borrow gate (rule_policy.go,
+// rule_weights.go, rule_fair.go) and the pace arithmetic (rule_pace.go).
+// The view (view.go) is what one worker knows of the shared state between
+// calls, and grants units only through sync (lease.go); the Limiter
+// (limiter.go) orchestrates. docs/design.md gives the argument, and
 // the bound per true-time window.
 //
 // # Fleet mode

@@ -112,7 +112,7 @@ var errStale = errors.New("view older than the budget")
 // when the budget belongs to a newer plan's window than the view, and
 // ErrRetriesExhausted under contention. An unreadable budget grants
 // nothing: it may hide grants, and only the next roller may reset it.
-// gate is the borrow gate of the lease being sized (fair.go); what held the
+// gate is the borrow gate of the lease being sized (rule_fair.go); what held the
 // take back is reported for the client's Retry-After.
 func (g *view) take(n, t int64, gate borrowGate) (int64, held, error) {
 	got, clipped, err := g.adjust(n, gate)

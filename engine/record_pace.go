@@ -1,7 +1,7 @@
 package engine
 
 // The pace record (<prefix>/pace, with Config.Pace): the theoretical
-// arrival time of the limit's cell rate algorithm (pacing.go holds the
+// arrival time of the limit's cell rate algorithm (rule_pace.go holds the
 // arithmetic). Written by paced only.
 
 import "encoding/binary"

@@ -21,7 +21,7 @@ type view struct {
 
 	planKey   string
 	budgetKey string
-	paceKey   string // with pacing (pacing.go)
+	paceKey   string // with pacing (rule_pace.go)
 	prefix    string
 	nb        int // buckets of the table in use (the plan's): a power of two
 	own       int // buckets of this config's table, about MaxClients/16

@@ -59,31 +59,6 @@ func paceParams(cfg *Config) (interval, tolerance int64) {
 	return interval, tolerance
 }
 
-// leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the
-// fair policy, a lease is exactly need. A fair client's batch would draw
-// units from the window budget before they are used, even within its
-// guarantee, and the borrow gate reads the budget as what has been used
-// so far: batches make the pool look spent and strand capacity (design,
-// "Leases"). Paced, a client of a partitioning policy may hold only its
-// paced amount of its share; when that is short, paceAt says when it is
-// not. (The fair policy paces its guarantee in its gate.)
-func (g *view) leaseWant(e *entry, need, seen, t int64) (want, paceAt int64) {
-	_, lends := g.pol.(lender)
-	if !g.cfg.Pace && !lends {
-		return leaseSize(e.share-e.granted, need, seen), 0
-	}
-	avail := e.share - e.granted
-	if !lends {
-		p := &g.plan
-		f := windowElapsed(p, g.cfg, t)
-		avail = min(avail, pacedAmount(e.share, g.cfg.Burst, f)-e.granted)
-		if avail < need && e.granted+need <= e.share {
-			paceAt = pacedAt(p, g.cfg, e.share, e.granted+need)
-		}
-	}
-	return leaseSize(avail, need, 0), paceAt
-}
-
 // pacedAt is when a share's paced amount reaches units, in p's window.
 func pacedAt(p *plan, cfg *Config, share, units int64) int64 {
 	start, end := planWindow(p, cfg)

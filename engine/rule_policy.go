@@ -43,9 +43,9 @@ func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 
 // params computes the seed's compact parameters over every client's demand:
 // the default share D, the reservation floor, and the three totals (per
-// weight unit, see weights.go). With them, capOf gives any one client's
+// weight unit, see rule_weights.go). With them, capOf gives any one client's
 // real-valued cap from its own demand alone, which is what lets a worker
-// derive one client's share without reading the others (see plan.go).
+// derive one client's share without reading the others (see rule_shares.go).
 func (p Seed) params(capacity int64, demands, weights []float64) policyParams {
 	def := float64(capacity) / totalWeight(weights, len(demands))
 	floor := def * clamp01(p.Reservation)
