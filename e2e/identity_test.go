@@ -632,14 +632,35 @@ func TestRotationMeasurement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of wall time")
 	}
+	needLocalEnvoy(t)
+	// The parties' credentials for the trusted sources: a certificate or a
+	// token each, the attacker's one of them whatever ids it sends.
+	pki := newPKI(t, logDir(t))
+	iss := newIssuer(t, "rotation")
+	spiffe := [3]string{"spiffe://cluster.local/ns/a/sa/honest-1", "spiffe://cluster.local/ns/b/sa/honest-2", "spiffe://cluster.local/ns/c/sa/attacker"}
+	byAddress := func(addrs [3]string) func(*testing.T, *target, int) *caller {
+		return func(_ *testing.T, tg *target, i int) *caller { return newCaller(addrs[i], tg, addrs[i], nil, nil) }
+	}
 	runs := []struct {
 		name   string
 		source map[string]any
-		addrs  [3]string // honest 1, honest 2, attacker
+		opts   startOpts
+		caller func(t *testing.T, tg *target, party int) *caller
 	}{
-		{"source_address", map[string]any{"from": "source_address"}, [3]string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}},
-		{"header", map[string]any{"from": "header"}, [3]string{"127.0.0.5", "127.0.0.6", "127.0.0.7"}},
-		{"header+max_ids_per_peer", map[string]any{"from": "header"}, [3]string{"127.0.0.8", "127.0.0.9", "127.0.0.10"}},
+		{"source_address", map[string]any{"from": "source_address"}, startOpts{}, byAddress([3]string{"127.0.0.2", "127.0.0.3", "127.0.0.4"})},
+		{"header", map[string]any{"from": "header"}, startOpts{}, byAddress([3]string{"127.0.0.5", "127.0.0.6", "127.0.0.7"})},
+		{"header+max_ids_per_peer", map[string]any{"from": "header"}, startOpts{}, byAddress([3]string{"127.0.0.8", "127.0.0.9", "127.0.0.10"})},
+		{"peer_principal", map[string]any{"from": "peer_principal"},
+			startOpts{edit: func(b *envoyrun.Bootstrap) error { return b.AddIngressTLSChain(pki.transportSocket()) }},
+			func(t *testing.T, tg *target, i int) *caller {
+				return newCaller(spiffe[i], tg, "", pki.client(t, spiffe[i]), nil)
+			}},
+		{"metadata", map[string]any{"from": "metadata", "filter": "envoy.filters.http.jwt_authn", "path": []any{"payload", "sub"}},
+			startOpts{edit: func(b *envoyrun.Bootstrap) error { return b.InsertHTTPFilterBeforeWasm(jwtFilter(t, iss)) }},
+			func(t *testing.T, tg *target, i int) *caller {
+				sub := []string{"honest-1", "honest-2", "attacker"}[i]
+				return newCaller(sub, tg, "", nil, bearer(iss.token(t, map[string]any{"sub": sub})))
+			}},
 	}
 	for _, run := range runs {
 		t.Run(run.name, func(t *testing.T) {
@@ -649,8 +670,8 @@ func TestRotationMeasurement(t *testing.T) {
 			if bounded {
 				settings["max_ids_per_peer"] = 1
 			}
-			tg := configuredTarget(t, settings, startOpts{})
-			table := measureRotation(t, tg, run.addrs)
+			tg := configuredTarget(t, settings, run.opts)
+			table := measureRotation(t, tg, func(i int) *caller { return run.caller(t, tg, i) })
 			cycle := tg.settings.Engine.Cycle
 			var lines []string
 			for _, w := range table.windows() {
@@ -738,8 +759,9 @@ func (rt *rotationTable) phase(w int64) string {
 }
 
 // measureRotation runs the four windows of TestRotationMeasurement from the
-// start of an aligned window and returns the counts.
-func measureRotation(t *testing.T, tg *target, addrs [3]string) *rotationTable {
+// start of an aligned window, with callers made by newParty (honest 1,
+// honest 2, attacker), and returns the counts.
+func measureRotation(t *testing.T, tg *target, newParty func(i int) *caller) *rotationTable {
 	cycle := tg.settings.Engine.Cycle
 	start := untilNextWindow(tg.settings)
 	first, _, _ := engine.WindowAt(start.Add(time.Millisecond), cycle, 0)
@@ -748,7 +770,7 @@ func measureRotation(t *testing.T, tg *target, addrs [3]string) *rotationTable {
 	var wg sync.WaitGroup
 	party := func(i int, rate func(time.Time) time.Duration, id func(n int, at time.Time) string) {
 		defer wg.Done()
-		c := newCaller(addrs[i], tg, addrs[i], nil, nil)
+		c := newParty(i)
 		for n := 0; ; n++ {
 			at := time.Now()
 			if !at.Before(end) {
