@@ -67,11 +67,15 @@ func get(c *http.Client, url, header string, id *string) result {
 	if id != nil {
 		req.Header.Set(header, *id)
 	}
+	return do(c, req, r)
+}
+
+// do sends req, filling r with what came back and when.
+func do(c *http.Client, req *http.Request, r result) result {
 	r.sent = time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		r.err = err
-		r.recv = time.Now()
+		r.err, r.recv = err, time.Now()
 		return r
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

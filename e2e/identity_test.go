@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -98,17 +97,7 @@ func (c *caller) get(path string) result {
 			req.Header.Add(k, v)
 		}
 	}
-	r.sent = time.Now()
-	resp, err := c.client.Do(req)
-	if err != nil {
-		r.err, r.recv = err, time.Now()
-		return r
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	r.recv = time.Now()
-	r.status, r.header, r.body, r.err = resp.StatusCode, resp.Header, string(body), err
-	return r
+	return do(c.client, req, r)
 }
 
 // loggedID sends one request on a path of its own and returns the raw id

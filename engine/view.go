@@ -37,8 +37,6 @@ type view struct {
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
 	refused map[uint64]int64        // newcomers told "table_full" -> window then
 
-	budgetRoll uint64 // the budget's roll id at the last plan
-
 	// The clock has read before the view's window (roll behindRoll) since
 	// behindSince: see behind and transition's jump.
 	behindOn    bool
@@ -414,7 +412,6 @@ func (r *view) replan(real int64, who caller, cand uint64, flush func(t int64)) 
 		}
 		reset = step != stepReplan && !corrupt // a fresh window: an unreadable budget is reset empty
 		capacity, left := r.budgetLeft(&next, v, bcorrupt, reset)
-		r.budgetRoll = v.roll
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
@@ -422,7 +419,7 @@ func (r *view) replan(real int64, who caller, cand uint64, flush func(t int64)) 
 			if err != nil {
 				return nil, err
 			}
-			next.id = max(top, cur.id, r.budgetRoll) + planResetJump
+			next.id = max(top, cur.id, v.roll) + planResetJump
 			next.roll = next.id
 		}
 		if _, err := r.scan(&cur, &next, !corrupt); err != nil {

@@ -165,6 +165,18 @@ func setConfiguration(cfg map[string]any, config string) {
 // name/typed_config map), or removes it when filter is nil. The load
 // comparison uses it to build its baselines from the same file.
 func (b *Bootstrap) ReplaceWasmFilter(filter map[string]any) error {
+	return b.editAtWasmFilter(func(filters []any, i int) []any {
+		if filter == nil {
+			return append(filters[:i:i], filters[i+1:]...)
+		}
+		filters[i] = filter
+		return filters
+	})
+}
+
+// editAtWasmFilter replaces the ingress HTTP filter list by what edit makes
+// of it, given the index of the Wasm filter in it.
+func (b *Bootstrap) editAtWasmFilter(edit func(filters []any, wasm int) []any) error {
 	hcm, err := b.ingressHCM()
 	if err != nil {
 		return err
@@ -175,11 +187,7 @@ func (b *Bootstrap) ReplaceWasmFilter(filter map[string]any) error {
 	}
 	for i, f := range filters {
 		if m, ok := f.(map[string]any); ok && m["name"] == WasmFilterName {
-			if filter == nil {
-				hcm["http_filters"] = append(filters[:i:i], filters[i+1:]...)
-			} else {
-				filters[i] = filter
-			}
+			hcm["http_filters"] = edit(filters, i)
 			return nil
 		}
 	}
@@ -199,12 +207,7 @@ func (b *Bootstrap) WasmFilter() (map[string]any, error) {
 // Envoy's default (60 KiB) answers larger headers with 431 before any filter
 // runs; tests that want the plugin itself to see a huge header raise it.
 func (b *Bootstrap) SetMaxRequestHeadersKB(kb int) error {
-	hcm, err := b.ingressHCM()
-	if err != nil {
-		return err
-	}
-	hcm["max_request_headers_kb"] = kb
-	return nil
+	return b.SetIngressHCM("max_request_headers_kb", kb)
 }
 
 // SetIngressHCM sets one field of the ingress HTTP connection manager
@@ -224,22 +227,9 @@ func (b *Bootstrap) SetIngressHCM(field string, value any) error {
 // ingress filter chain just before the Wasm filter, where a filter whose
 // results the plugin reads (jwt_authn's dynamic metadata) must run.
 func (b *Bootstrap) InsertHTTPFilterBeforeWasm(filter map[string]any) error {
-	hcm, err := b.ingressHCM()
-	if err != nil {
-		return err
-	}
-	filters, ok := hcm["http_filters"].([]any)
-	if !ok {
-		return errors.New("ingress has no http_filters list")
-	}
-	for i, f := range filters {
-		if m, ok := f.(map[string]any); ok && m["name"] == WasmFilterName {
-			out := append(append(append([]any{}, filters[:i]...), filter), filters[i:]...)
-			hcm["http_filters"] = out
-			return nil
-		}
-	}
-	return fmt.Errorf("ingress has no %s filter", WasmFilterName)
+	return b.editAtWasmFilter(func(filters []any, i int) []any {
+		return append(append(append([]any{}, filters[:i]...), filter), filters[i:]...)
+	})
 }
 
 // AddIngressTLSChain makes the ingress listener serve TLS beside plaintext,

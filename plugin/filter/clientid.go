@@ -140,6 +140,22 @@ func ClientID(value string, found bool, maxBytes int) (string, bool) {
 	return id, true
 }
 
+// HeaderCopies is the first value of header name in pairs, and how many
+// copies of it there are: what a host that lists the request's headers as
+// pairs answers for Request.HeaderCopies.
+func HeaderCopies(pairs [][2]string, name string) (string, int) {
+	first, copies := "", 0
+	for _, kv := range pairs {
+		if kv[0] == name {
+			if copies == 0 {
+				first = kv[1]
+			}
+			copies++
+		}
+	}
+	return first, copies
+}
+
 // HeaderID is the header source's id from the header's first value and the
 // number of times the header appears in the request. A header sent more
 // than once is ambiguous: which copy a proxy or an application in front of

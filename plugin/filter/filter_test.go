@@ -225,18 +225,7 @@ func (h headers) Header(name string) (string, bool) {
 	return "", false
 }
 
-func (h headers) HeaderCopies(name string) (string, int) {
-	first, n := "", 0
-	for _, kv := range h {
-		if kv[0] == name {
-			if n == 0 {
-				first = kv[1]
-			}
-			n++
-		}
-	}
-	return first, n
-}
+func (h headers) HeaderCopies(name string) (string, int) { return HeaderCopies(h, name) }
 
 // Property implements Request: headers carry no properties.
 func (headers) Property(string) ([]byte, bool) { return nil, false }

@@ -2,7 +2,10 @@
 
 package host
 
-import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+import (
+	"github.com/borrowcycle/borrowcycle/plugin/filter"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+)
 
 // headerCopies is the first value of the request header name and the
 // number of its copies, through the SDK: natively the host is the SDK's
@@ -12,14 +15,5 @@ func headerCopies(name string) (string, int) {
 	if err != nil {
 		return "", 0
 	}
-	first, copies := "", 0
-	for _, kv := range pairs {
-		if kv[0] == name {
-			if copies == 0 {
-				first = kv[1]
-			}
-			copies++
-		}
-	}
-	return first, copies
+	return filter.HeaderCopies(pairs, name)
 }
