@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -36,7 +35,7 @@ type Config struct {
 	// Policy computes shares: Seed (nil means Seed{Reservation}), Static or
 	// Fair, the closed set of policies (see Policy).
 	Policy Policy
-	// Pace spreads the capacity over the window (rule_pace.go): a client may
+	// Pace spreads the capacity over the window (rules.go, Pacing): a client may
 	// spend Burst of its share at once and the rest accrues linearly, and
 	// any interval of one cycle admits at most (1 + Burst) × Capacity.
 	// Burst is in [0, 1]; it means nothing without Pace.
@@ -44,7 +43,7 @@ type Config struct {
 	Burst float64
 	// Weights maps client ids to positive weights (default 1): a client
 	// of weight w counts as w clients in every policy's equal split
-	// (rule_weights.go). At most MaxWeights entries.
+	// (rules.go, Weights). At most MaxWeights entries.
 	Weights       map[string]float64
 	hashedWeights map[uint64]float64 // Weights by client hash, set by New
 	// MaxClients bounds the client table (registered plus pending). A
@@ -94,19 +93,6 @@ func Defaults(capacity int64, cycle time.Duration) Config {
 		CASRetries:  64,
 		KeyPrefix:   "borrowcycle",
 	}
-}
-
-// FieldError names the configuration field that is wrong and why. Its text is
-// what an operator sees in Envoy's log, so it leads with the field.
-type FieldError struct {
-	Field  string
-	Reason string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
-
-func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 // Validate reports the first invalid field, in declaration order.

@@ -40,18 +40,22 @@
 // no shared state. Every window admits at most its capacity, and every
 // client at most its share under each plan, across all workers.
 //
-// The code follows that split. Each shared record (record_*.go) owns its
-// type, its encoding and its only read-modify-write, all through one
-// compare-and-swap loop (record.go). The pure rules (rule_*.go) take no
-// Store: transition (rule_transition.go) decides whether to stay, roll
-// into a new window, jump past a stuck one, re-plan, hold a newcomer or
-// refuse it; rule_shares.go derives shares and holds the newcomer rules;
-// the policies with weights and the borrow gate (rule_policy.go,
-// rule_weights.go, rule_fair.go) and the pace arithmetic (rule_pace.go).
-// The view (view.go) is what one worker knows of the shared state between
-// calls, and grants units only through sync (lease.go); the Limiter
-// (limiter.go) orchestrates. docs/design.md gives the argument, and
-// the bound per true-time window.
+// The code follows that split, and a request's path runs one way:
+// limiter.go, then view.go, then the records, each using rules.go; no file
+// calls back into a file that calls it.
+//   - Each shared record (record_*.go; the fleet record in fleet.go) owns
+//     its type, its encoding, its key and its only read-modify-write, all
+//     through one compare-and-swap loop (record.go).
+//   - The pure rules (rules.go) take no Store: the transition decides
+//     whether to stay, roll into a new window, jump past a stuck one,
+//     re-plan, hold a newcomer or refuse it; then the shares and the
+//     newcomer rules, the policies with weights and the borrow gate, pacing
+//     and lease sizing, and fleet sizing.
+//   - The view (view.go) is what one worker knows of the shared state
+//     between calls; it grants units only through sync.
+//   - The Limiter (limiter.go) orchestrates.
+//
+// docs/design.md gives the argument, and the bound per true-time window.
 //
 // # Fleet mode
 //

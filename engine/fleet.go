@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -24,7 +26,7 @@ import (
 //     the fleet capacity in proportion to its share of the fleet's demand;
 //     after that, what is left goes to whoever still needs it.
 //   - The window budget (view.adjust) grants at most what the process holds
-//     for the window (fleetCap): Gubernator granted it first.
+//     for the window (heldIn): Gubernator granted it first.
 //   - Units are given back by taking them out of the budget first (so no
 //     worker can still grant them), then lowering the lease, then sending
 //     negative hits: at every step the budget grants at most what is held.
@@ -146,44 +148,6 @@ func newFleetState() fleetState {
 	return s
 }
 
-// slot returns the slot of window k, or nil.
-func (s *fleetState) slot(k int64) *fleetSlot {
-	for i := range s.slots {
-		if s.slots[i].window == k {
-			return &s.slots[i]
-		}
-	}
-	return nil
-}
-
-// claim returns the slot of window k, reusing the oldest slot for it.
-func (s *fleetState) claim(k int64) *fleetSlot {
-	if sl := s.slot(k); sl != nil {
-		return sl
-	}
-	old := &s.slots[0]
-	for i := range s.slots {
-		if s.slots[i].window < old.window {
-			old = &s.slots[i]
-		}
-	}
-	*old = fleetSlot{window: k, rem: -1}
-	return old
-}
-
-// allowance is what the process may admit in window k: what it holds,
-// raised to the fallback while that is in force.
-func (s *fleetState) allowance(k int64, f *Fleet) int64 {
-	var held int64
-	if sl := s.slot(k); sl != nil {
-		held = sl.leased
-	}
-	if k <= s.fallbackUntil {
-		held = max(held, f.Fallback)
-	}
-	return held
-}
-
 // fleetWorker is one worker's part of fleet mode.
 type fleetWorker struct {
 	cfg      *Config
@@ -204,18 +168,15 @@ func newFleetWorker(cfg *Config) *fleetWorker {
 	return &fleetWorker{cfg: cfg, key: cfg.KeyPrefix + "/f"}
 }
 
-// fleetCap is the most the window budget may have granted in window k: its
-// capacity, and in fleet mode no more than the process holds for k. An
+// heldIn is what the process holds for window k (fleetState.allowance):
+// the most its window budget may have granted in k (see holding). An
 // unreadable fleet record holds nothing.
-func (g *view) fleetCap(capacity, k int64) int64 {
-	if g.fleet == nil {
-		return capacity
-	}
-	s, _, err := g.fleet.read(g.store)
+func (w *fleetWorker) heldIn(store Store, k int64) int64 {
+	s, _, err := w.read(store)
 	if err != nil {
 		return 0
 	}
-	return min(capacity, s.allowance(k, g.cfg.Fleet))
+	return s.allowance(k, w.cfg.Fleet)
 }
 
 // noteAsked counts units a request asked for in window: the demand leases
@@ -230,27 +191,23 @@ func (w *fleetWorker) noteAsked(n, window int64) {
 	w.asked += n
 }
 
-// FleetCallAt is the fleet step of a tick, to run on every worker: it
+// call is the fleet step of a tick at t (see Limiter.FleetCallAt): it
 // writes this worker's unserved demand, keeps or takes over the syncer
 // election, and, on the syncer when a sync is due, returns the callout to
-// send now (ok false: nothing to send). The host sends it and reports the
-// outcome with FleetDoneAt. Give-backs are taken out of the budget before
-// the call is returned, so they are in force whatever becomes of it.
-func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
-	w := l.view.fleet
-	if w == nil {
-		return LeaseCall{}, false
-	}
-	t := now.UnixNano()
-	f := l.cfg.Fleet
+// send now (ok false: nothing to send), sized from the demand the budget
+// and the fleet record show. Give-backs are taken out of the budget of v,
+// when v holds the clock's window (current), before the call is returned,
+// so they are in force whatever becomes of it.
+func (w *fleetWorker) call(v *view, t int64, current bool) (call LeaseCall, ok bool) {
+	f := w.cfg.Fleet
 	if w.inflight != 0 && t-w.sentAt < int64(f.Timeout+f.SyncInterval) {
 		return LeaseCall{}, false // a reply (or the host's timeout) is still due
 	}
 	w.inflight = 0
-	k, _, _ := WindowAt(now, l.cfg.Cycle, l.cfg.WindowOffset)
+	k := windowIndex(t, w.cfg)
 	var syncer, due bool
 	var id uint64 // this worker's id, kept only once the record holding it is written
-	err := w.update(l.view.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	err := w.updateFleet(v.store, func(s *fleetState) bool {
 		changed := false
 		id = w.id
 		if id == 0 || id > s.nextID {
@@ -277,14 +234,14 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 		return changed
 	})
 	if err != nil {
-		l.obs.StoreFailure("fleet record", err)
+		v.obs.StoreFailure("fleet record", err)
 		return LeaseCall{}, false
 	}
 	w.id, w.asked = id, 0
 	if !syncer || !due {
 		return LeaseCall{}, false
 	}
-	call = l.planCall(t, k)
+	call = w.plan(v, t, k, current && v.plan.window == k)
 	if len(call.Hits) == 0 {
 		return LeaseCall{}, false
 	}
@@ -294,85 +251,52 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 	return call, true
 }
 
-// planCall sizes the syncer's callout at t in window k from the demand the
-// budget and the fleet record show, and takes give-backs out of the budget.
-func (l *Limiter) planCall(t, k int64) LeaseCall {
-	w, f := l.view.fleet, l.cfg.Fleet
-	used := l.budgetUsed(k)
+// plan sizes the syncer's callout at t in window k (sizeLeases) and, when
+// v holds window k (inWindow), takes give-backs out of its budget.
+func (w *fleetWorker) plan(v *view, t, k int64, inWindow bool) LeaseCall {
+	used := v.grantedIn(k)
 	var s fleetState
-	var plan leasePlan
-	err := w.update(l.view.store, l.cfg.CASRetries, func(st *fleetState) bool {
-		cur := st.claim(k)
-		cur.used = used
+	err := w.updateFleet(v.store, func(st *fleetState) bool {
+		st.claim(k).used = used
 		s = *st
 		return true
 	})
 	if err != nil {
-		l.obs.StoreFailure("fleet record", err)
+		v.obs.StoreFailure("fleet record", err)
 		return LeaseCall{}
 	}
-	_, start, end := WindowAt(time.Unix(0, t), l.cfg.Cycle, l.cfg.WindowOffset)
-	plan = sizeLeases(&s, f, l.cfg.Capacity, k, t-start.UnixNano(), end.UnixNano()-t, int64(l.cfg.Cycle))
+	start, end := windowStart(k, w.cfg), windowEnd(k, w.cfg)
+	sized := sizeLeases(&s, w.cfg.Fleet, w.cfg.Capacity, k, t-start, end-t, int64(w.cfg.Cycle))
 	var call LeaseCall
 	if cur := s.slot(k); cur != nil {
-		d := l.hit(k, cur.asked-cur.posted)
+		d := w.hit(k, cur.asked-cur.posted)
 		d.Demand, d.Key, d.Limit = true, d.Key+"/demand", MaxCapacity
 		call.Hits = append(call.Hits, d)
 	}
-	if plan.giveBack > 0 {
-		if got := l.reclaim(t, k, plan.giveBack); got > 0 {
-			call.Hits = append(call.Hits, l.hit(k, -got))
+	if sized.giveBack > 0 && inWindow {
+		if got := w.reclaim(v, k, sized.giveBack); got > 0 {
+			call.Hits = append(call.Hits, w.hit(k, -got))
 		}
 	}
-	if plan.lease > 0 || plan.probe {
-		call.Hits = append(call.Hits, l.hit(k, plan.lease))
+	if sized.lease > 0 || sized.probe {
+		call.Hits = append(call.Hits, w.hit(k, sized.lease))
 	}
-	if plan.ahead > 0 || plan.probeAhead {
-		call.Hits = append(call.Hits, l.hit(k+1, plan.ahead))
+	if sized.ahead > 0 || sized.probeAhead {
+		call.Hits = append(call.Hits, w.hit(k+1, sized.ahead))
 	}
 	return call
 }
 
-func (l *Limiter) hit(k, n int64) LeaseHit {
-	f := l.cfg.Fleet
-	return LeaseHit{
-		Window: k,
-		Key:    l.cfg.KeyPrefix + "/" + strconv.FormatInt(k, 10),
-		Hits:   n,
-		Limit:  f.Capacity,
-		// The key must outlive its window wherever it is first hit: up to
-		// a lease-ahead horizon before the window starts.
-		Duration: 2*l.cfg.Cycle + 4*f.SyncInterval,
-	}
-}
-
-// budgetUsed is what the window budget has granted in window k.
-func (l *Limiter) budgetUsed(k int64) int64 {
-	raw, _, err := l.view.store.Get(l.view.budgetKey)
-	if err != nil {
-		return 0
-	}
-	v, err := decodeBudget(raw)
-	if err != nil || v.window != k {
-		return 0
-	}
-	return v.granted
-}
-
-// reclaim gives n units of window k back: it takes them out of the budget
-// (so no worker can grant them any more), lowers the lease by what it got,
-// and returns the budget units, which the lower lease no longer covers. It
-// returns the units to send back to Gubernator.
-func (l *Limiter) reclaim(t, k, n int64) int64 {
-	if err := l.current(t); err != nil || l.view.plan.window != k {
-		return 0
-	}
-	got, _, err := l.view.adjust(n, borrowGate{})
+// reclaim gives n units of window k, v's, back: it takes them out of the
+// budget (so no worker can grant them any more), lowers the lease by what
+// it got, and returns the budget units, which the lower lease no longer
+// covers. It returns the units to send back to Gubernator.
+func (w *fleetWorker) reclaim(v *view, k, n int64) int64 {
+	got, _, err := v.adjust(n, borrowGate{})
 	if err != nil || got <= 0 {
 		return 0
 	}
-	w := l.view.fleet
-	err = w.update(l.view.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	err = w.updateFleet(v.store, func(s *fleetState) bool {
 		sl := s.slot(k)
 		if sl == nil {
 			got = 0
@@ -384,20 +308,28 @@ func (l *Limiter) reclaim(t, k, n int64) int64 {
 	})
 	if err != nil {
 		// The units stay taken: stranded for the window, never granted twice.
-		l.obs.StoreFailure("fleet record", err)
+		v.obs.StoreFailure("fleet record", err)
 		return 0
 	}
-	l.view.give(got)
+	v.give(got)
 	return got
 }
 
-// FleetDoneAt applies the outcome of call: replies (one per hit, in order)
-// or err when the callout failed, timed out or its answer was garbage.
-func (l *Limiter) FleetDoneAt(now time.Time, call LeaseCall, replies []LeaseReply, err error) FleetEvent {
-	w := l.view.fleet
-	if w == nil {
-		return FleetEvent{}
+func (w *fleetWorker) hit(k, n int64) LeaseHit {
+	f := w.cfg.Fleet
+	return LeaseHit{
+		Window: k,
+		Key:    w.cfg.KeyPrefix + "/" + strconv.FormatInt(k, 10),
+		Hits:   n,
+		Limit:  f.Capacity,
+		// The key must outlive its window wherever it is first hit: up to
+		// a lease-ahead horizon before the window starts.
+		Duration: 2*w.cfg.Cycle + 4*f.SyncInterval,
 	}
+}
+
+// done applies the outcome of call in window k (see Limiter.FleetDoneAt).
+func (w *fleetWorker) done(v *view, k int64, call LeaseCall, replies []LeaseReply, err error) FleetEvent {
 	if call.ID != w.inflight {
 		return FleetEvent{} // a late reply to a call already given up on
 	}
@@ -405,16 +337,117 @@ func (l *Limiter) FleetDoneAt(now time.Time, call LeaseCall, replies []LeaseRepl
 	if err == nil && len(replies) != len(call.Hits) {
 		err = errors.New("gubernator answered " + strconv.Itoa(len(replies)) + " responses to " + strconv.Itoa(len(call.Hits)) + " requests")
 	}
-	k, _, _ := WindowAt(now, l.cfg.Cycle, l.cfg.WindowOffset)
 	var ev FleetEvent
-	uerr := w.update(l.view.store, l.cfg.CASRetries, func(s *fleetState) bool {
+	uerr := w.updateFleet(v.store, func(s *fleetState) bool {
 		ev = applyReplies(s, call, replies, err, k)
 		return true
 	})
 	if uerr != nil {
-		l.obs.StoreFailure("fleet record", uerr)
+		v.obs.StoreFailure("fleet record", uerr)
 	}
 	return ev
+}
+
+// The fleet record (<prefix>/f, in fleet mode): worker ids, the elected
+// syncer, and what each window holds and asked. Written by
+// fleetWorker.updateFleet only.
+
+// The fleet record's encoding: a version byte, five integers, the down flag,
+// and fleetSlots slots of seven integers, little-endian.
+const (
+	fleetVersion = 2
+	fleetLen     = 1 + 5*8 + 1 + fleetSlots*7*8 + sealLen
+)
+
+func appendFleet(dst []byte, s *fleetState) []byte {
+	le := binary.LittleEndian
+	dst = append(dst[:0], fleetVersion)
+	dst = le.AppendUint64(dst, s.nextID)
+	dst = le.AppendUint64(dst, s.syncer)
+	dst = le.AppendUint64(dst, uint64(s.syncerUntil))
+	dst = le.AppendUint64(dst, uint64(s.lastCall))
+	dst = le.AppendUint64(dst, uint64(s.fallbackUntil))
+	var down byte
+	if s.down {
+		down = 1
+	}
+	dst = append(dst, down)
+	for _, sl := range s.slots {
+		dst = le.AppendUint64(dst, uint64(sl.window))
+		dst = le.AppendUint64(dst, uint64(sl.leased))
+		dst = le.AppendUint64(dst, uint64(sl.asked))
+		dst = le.AppendUint64(dst, uint64(sl.posted))
+		dst = le.AppendUint64(dst, uint64(sl.total))
+		dst = le.AppendUint64(dst, uint64(sl.used))
+		dst = le.AppendUint64(dst, uint64(sl.rem))
+	}
+	return seal(dst)
+}
+
+// decodeFleet reads a fleet record, refusing values no writer produces: a
+// record that holds more than a capacity could must not be trusted.
+func decodeFleet(b []byte) (fleetState, error) {
+	if len(b) != fleetLen || b[0] != fleetVersion || b[41] > 1 {
+		return fleetState{}, fmt.Errorf("%w: fleet record of %d bytes", errCorrupt, len(b))
+	}
+	if _, err := unseal(b); err != nil {
+		return fleetState{}, err
+	}
+	le := binary.LittleEndian
+	u := func(i int) int64 { return int64(le.Uint64(b[i:])) }
+	s := fleetState{
+		nextID:        le.Uint64(b[1:]),
+		syncer:        le.Uint64(b[9:]),
+		syncerUntil:   u(17),
+		lastCall:      u(25),
+		fallbackUntil: u(33),
+		down:          b[41] == 1,
+	}
+	for i := range s.slots {
+		o := 42 + i*56
+		sl := fleetSlot{window: u(o), leased: u(o + 8), asked: u(o + 16), posted: u(o + 24), total: u(o + 32), used: u(o + 40), rem: u(o + 48)}
+		if !inRange(sl.leased) || !inRange(sl.asked) || !inRange(sl.posted) || !inRange(sl.total) || !inRange(sl.used) ||
+			sl.rem < -1 || sl.rem > MaxCapacity {
+			return fleetState{}, fmt.Errorf("%w: impossible fleet slot", errCorrupt)
+		}
+		s.slots[i] = sl
+	}
+	return s, nil
+}
+
+func inRange(n int64) bool { return n >= 0 && n <= MaxCapacity }
+
+func (w *fleetWorker) read(store Store) (fleetState, uint32, error) {
+	raw, cas, err := store.Get(w.key)
+	if errors.Is(err, ErrNotFound) {
+		return newFleetState(), casCreate, nil
+	}
+	if err != nil {
+		return fleetState{}, 0, err
+	}
+	s, err := decodeFleet(raw)
+	return s, cas, err
+}
+
+// updateFleet is the one read-modify-write of the fleet record: change edits the
+// state and reports whether to write it. A record that cannot be read is
+// started afresh (it holds nothing, so the budget grants nothing meanwhile).
+func (w *fleetWorker) updateFleet(store Store, change func(s *fleetState) bool) error {
+	return casUpdate(store, NopObserver{}, w.cfg.CASRetries, w.key, "fleet", nil, func(st stored) ([]byte, error) {
+		raw, missing := st.raw, st.missing
+		s := newFleetState()
+		if !missing {
+			v, err := decodeFleet(raw)
+			if err == nil {
+				s = v
+			}
+		}
+		if !change(&s) {
+			return nil, nil
+		}
+		w.buf = appendFleet(w.buf[:0], &s)
+		return w.buf, nil
+	})
 }
 
 // applyReplies is the pure part of FleetDoneAt: it records what Gubernator
@@ -469,114 +502,3 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 // leaves units counted and unused (never granted twice). Asking at most
 // half of what the key had left (capLease) keeps that case rare.
 func consumed(hits int64, r LeaseReply) bool { return !r.Over || r.Remaining >= hits }
-
-// leasePlan is one sync's sizing: units to lease for the current window and
-// ahead for the next, and units of the current one to give back. probe and
-// probeAhead ask what a key has left (hits 0) instead of leasing, when it
-// had nothing left at the last answer: a hit on a key at 0 is what makes
-// Gubernator's status stick (see consumed).
-type leasePlan struct {
-	lease, ahead, giveBack int64
-	probe, probeAhead      bool
-}
-
-// sizeLeases sizes a sync at elapsed ns into window k (left ns remain) from
-// the process's demand rate: units asked for in this window so far (in its
-// first quarter, the previous window's rate if higher). The process aims to hold,
-// beyond what it granted, twice what it would need until the sync after
-// next; it leases when it holds less than half of that and gives back above
-// one and a half times. Near the end of the window the horizon shrinks to
-// what is left, so unused units go back before the window ends; then it
-// also leases ahead for the start of the next window, so that no request
-// waits for a callout at the roll. Until the window is half over, it holds
-// no more than its demand's share of the fleet capacity (fairShare).
-func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64) leasePlan {
-	var p leasePlan
-	interval := int64(f.SyncInterval)
-	horizon := 2*interval + int64(f.Timeout)
-	floor := max(1, capacity/64) // a standing lease, so an idle process can start at once
-	var rate float64             // units per ns
-	cur := s.claim(k)
-	if elapsed > 0 {
-		rate = float64(cur.asked) / float64(max(elapsed, interval))
-	}
-	// The previous window speaks for the first quarter of this one, until
-	// this one has seen enough: then an idle process stops leasing at once.
-	if prev := s.slot(k - 1); prev != nil && 4*elapsed < cycle {
-		rate = max(rate, float64(prev.asked)/float64(cycle))
-	}
-	// The epsilon keeps float noise from rounding an exact need up.
-	need := func(span int64) int64 { return int64(math.Ceil(rate*float64(span) - 1e-6)) }
-	if k > s.fallbackUntil {
-		headroom := max(0, cur.leased-cur.used)
-		target := max(2*need(min(horizon, left)), floor)
-		room := capacity - cur.leased
-		fair := fairShare(s, k, f.Capacity, elapsed, cycle)
-		early := 2*elapsed < cycle
-		if early {
-			room = min(room, fair-cur.leased)
-		}
-		switch {
-		case early && cur.leased > fair && headroom > 0:
-			// Holding more than its share while others want theirs (the
-			// split moved): the excess goes back now, not at the window's end.
-			p.giveBack = min(headroom, cur.leased-fair)
-		case headroom*2 < target:
-			p.lease, p.probe = capLease(target-headroom, room, cur.rem)
-		case headroom*2 > target*3:
-			p.giveBack = headroom - target
-		}
-	}
-	if left <= horizon && k+1 > s.fallbackUntil {
-		next := s.claim(k + 1)
-		target := max(2*need(horizon), floor)
-		room := min(capacity, fairShare(s, k, f.Capacity, elapsed, cycle)) - next.leased
-		if next.leased*2 < target {
-			p.ahead, p.probeAhead = capLease(target-next.leased, room, next.rem)
-		}
-	}
-	return p
-}
-
-// fairShare is the part of the fleet capacity in proportion to the
-// process's part of the fleet's demand (all of it while that is unknown).
-// Early in a window the demand key holds only the first posters' demand,
-// and alone it would hand the first process to sync the whole capacity; so
-// the previous window's demand counts too, fading out over the first
-// quarter of this one, after which the split follows this window's demand.
-func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
-	var mine, all float64
-	prevWeight := max(0, 1-4*float64(elapsed)/float64(cycle))
-	for _, w := range []struct {
-		k      int64
-		weight float64
-	}{{k - 1, prevWeight}, {k, 1}} {
-		if sl := s.slot(w.k); sl != nil && sl.total > 0 && w.weight > 0 {
-			// The fleet's demand as last counted, plus this process's
-			// demand not yet posted to it.
-			mine += w.weight * float64(sl.asked)
-			all += w.weight * float64(sl.total+max(0, sl.asked-sl.posted))
-		}
-	}
-	if all <= 0 || mine >= all {
-		return fleetCap
-	}
-	return int64(math.Ceil(float64(fleetCap) * mine / all))
-}
-
-// capLease bounds a lease by room (the process's own capacity left, and its
-// fair share early in the window) and by half of what the key had left at
-// its last answer (rem, -1 before any): a hit of at most half of what is
-// left leaves at least as much as it took, so its answer is unambiguous
-// even when Gubernator's status sticks (see consumed). When the key had nothing left, it probes instead (probe true):
-// others may have given units back since.
-func capLease(want, room, rem int64) (n int64, probe bool) {
-	n = max(min(want, room), 0)
-	switch {
-	case rem == 0:
-		return 0, n > 0
-	case rem > 0:
-		n = min(n, max(1, rem/2))
-	}
-	return n, false
-}

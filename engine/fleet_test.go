@@ -438,7 +438,7 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 	}
 	now := fleetEpoch.Add(time.Second)
 	k, _, _ := WindowAt(now, cfg.Cycle, 0)
-	if err := l.view.fleet.update(store, 4, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
+	if err := l.view.fleet.updateFleet(store, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
 		t.Fatal(err)
 	}
 	admitted := 0
@@ -447,11 +447,11 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 			admitted++
 		}
 	}
-	granted := l.budgetUsed(k)
+	granted := l.view.grantedIn(k)
 	if admitted != 30 || granted < 30 || granted >= 50 {
 		t.Fatalf("set-up: admitted %d, budget granted %d; want 30 admitted and some of the 50 held still free", admitted, granted)
 	}
-	got := l.reclaim(now.UnixNano(), k, 45)
+	got := l.view.fleet.reclaim(l.view, k, 45)
 	s, _, _ := l.view.fleet.read(store)
 	if got != 50-granted || s.slot(k).leased != granted {
 		t.Fatalf("admitted %d, budget granted %d: reclaimed %d, hold now %d; want %d and %d",

@@ -5,46 +5,6 @@ import (
 	"time"
 )
 
-// Observer hears about the rare events an operator wants counted or logged.
-// None of them happens per admitted request in steady state. Calls come from
-// the goroutine that calls the Limiter.
-type Observer interface {
-	// Rollover: this worker published plan ev.Plan (a new window's, or a
-	// re-plan of the running window for newcomers).
-	Rollover(ev RolloverEvent)
-	// CASRetry: a compare-and-swap lost a race and was retried.
-	CASRetry()
-	// StoreFailure: the store failed, or CAS retries ran out, on op.
-	StoreFailure(op string, err error)
-	// ValueReset: an unreadable shared value was found (and is reset by the
-	// next plan).
-	ValueReset(key string, err error)
-	// ClockJump: this worker found the clock behind a window that stopped
-	// moving (a clock that ran ahead came back, or stepped back), and
-	// opened a window after it, shifting every worker's clock by shift.
-	ClockJump(shift time.Duration)
-}
-
-// RolloverEvent describes a plan this worker published.
-type RolloverEvent struct {
-	Plan       uint64 // the plan id: the share period it starts
-	Window     int64  // the aligned window it plans
-	Early      bool   // the same as Replan (the name predates aligned windows)
-	Replan     bool   // a re-plan of the running window for newcomers
-	Clients    int    // counted in the plan
-	Registered int    // newcomers counted for the first time
-	Forgotten  int    // idle clients no longer counted
-}
-
-// NopObserver ignores every event.
-type NopObserver struct{}
-
-func (NopObserver) Rollover(RolloverEvent)     {}
-func (NopObserver) CASRetry()                  {}
-func (NopObserver) StoreFailure(string, error) {}
-func (NopObserver) ValueReset(string, error)   {}
-func (NopObserver) ClockJump(time.Duration)    {}
-
 // Option configures a Limiter.
 type Option func(*Limiter)
 
@@ -54,10 +14,6 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // WithObserver sets who hears about plans, retries and failures.
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.obs = o } }
-
-// ErrRetriesExhausted is reported to the Observer when an operation kept
-// losing CAS races.
-var ErrRetriesExhausted = errors.New("cas retries exhausted")
 
 // flushDivisor: a worker writes its counted demand back once it has counted
 // 1/flushDivisor of what it already wrote (at least 1 unit), so demand is
@@ -112,7 +68,9 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 		l.peers = newPeerTable(&l.cfg, l.view.own)
 		l.peerMarks = make(map[uint64]peerMark)
 	}
-	l.view.fleet = newFleetWorker(&l.cfg)
+	if w := newFleetWorker(&l.cfg); w != nil {
+		l.view.fleet, l.view.holding = w, w
+	}
 	return l, nil
 }
 
@@ -202,6 +160,30 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	return l.admitUnknown(t, h, cost)
 }
 
+// FleetCallAt is the fleet step of a tick, to run on every worker in fleet
+// mode (fleet.go; docs/design.md, "Fleet mode"): it writes this worker's
+// unserved demand, keeps or takes over the syncer election, and, on the
+// syncer when a sync is due, returns the callout to send now (ok false:
+// nothing to send). The host sends it and reports the outcome with
+// FleetDoneAt. (Fleet mode never shifts the clock: its windows are the
+// fleet's.)
+func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
+	if l.view.fleet == nil {
+		return LeaseCall{}, false
+	}
+	t := now.UnixNano()
+	return l.view.fleet.call(l.view, t, l.current(t) == nil)
+}
+
+// FleetDoneAt applies the outcome of call: replies (one per hit, in order)
+// or err when the callout failed, timed out or its answer was garbage.
+func (l *Limiter) FleetDoneAt(now time.Time, call LeaseCall, replies []LeaseReply, err error) FleetEvent {
+	if l.view.fleet == nil {
+		return FleetEvent{}
+	}
+	return l.view.fleet.done(l.view, windowIndex(now.UnixNano(), &l.cfg), call, replies, err)
+}
+
 // TickAt does the housekeeping that keeps shared state accurate between
 // requests: it writes counted demand back, returns leases this worker did
 // not use since the previous tick, notices plans other workers published,
@@ -214,7 +196,7 @@ func (l *Limiter) TickAt(now time.Time) {
 	t := real + l.view.plan.shift
 	l.tickClients(t)
 	if step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), callerCounted); step != stepStay {
-		_, _ = l.view.replan(real, callerCounted, 0, l.flush)
+		_, _ = l.replan(real, callerCounted, 0)
 	}
 }
 
@@ -284,7 +266,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	if l.view.plan.id == 0 {
 		who = callerWaiting // the first plan
 	}
-	_, err := l.view.replan(real, who, 0, l.flush)
+	_, err := l.replan(real, who, 0)
 	return err
 }
 
@@ -360,11 +342,23 @@ func (l *Limiter) refresh(real int64) error {
 		return err
 	}
 	if corrupt {
-		if _, err := l.view.replan(real, callerCounted, 0, l.flush); err != nil {
+		if _, err := l.replan(real, callerCounted, 0); err != nil {
 			return err
 		}
 	}
 	return l.current(real)
+}
+
+// replan has the view plan the next window, or re-plan the running one
+// (view.replan), after writing this worker's unwritten demand when the
+// plan is for a new window: that demand counts in its shares.
+func (l *Limiter) replan(real int64, who caller, cand uint64) (stepKind, error) {
+	if t := real + l.view.plan.shift; l.view.plan.id != 0 {
+		if step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), who); step == stepRoll || step == stepJump || l.view.planBad {
+			l.flush(t)
+		}
+	}
+	return l.view.replan(real, who, cand)
 }
 
 // current makes sure the view is the plan for the clock reading real,
@@ -381,7 +375,7 @@ func (l *Limiter) current(real int64) error {
 	if step == stepStay {
 		return nil
 	}
-	_, err := l.view.replan(real, callerCounted, 0, l.flush)
+	_, err := l.replan(real, callerCounted, 0)
 	return err
 }
 
@@ -566,7 +560,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		case errors.Is(err, errFull):
 			return l.refuse(t, h)
 		case errors.Is(err, errCorrupt):
-			if _, err := r.replan(l.unshifted(t), callerWaiting, 0, l.flush); err != nil {
+			if _, err := l.replan(l.unshifted(t), callerWaiting, 0); err != nil {
 				return l.failure(t, cost, err)
 			}
 			return l.pending(t)
@@ -586,7 +580,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		l.wait(h, proven)
 		return l.pending(t)
 	}
-	if step, err := r.replan(l.unshifted(t), who, cand, l.flush); err != nil {
+	if step, err := l.replan(l.unshifted(t), who, cand); err != nil {
 		return l.failure(t, cost, err)
 	} else if step == stepStay {
 		l.wait(h, proven)
@@ -713,10 +707,6 @@ func (l *Limiter) reject(reason Reason, reset, retryAfter time.Duration) Decisio
 		Window:      l.view.plan.window,
 	}
 }
-
-// errStore stands for a store error that was already reported to the
-// Observer where it happened.
-var errStore = errors.New("store failed")
 
 // failOpenDivisor sets the fail-open allowance: on store errors, a worker
 // admits at most Capacity/failOpenDivisor units (at least 1) per window

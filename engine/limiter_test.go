@@ -3,9 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

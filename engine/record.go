@@ -2,7 +2,8 @@ package engine
 
 // Shared records: every value the engine keeps in the store is a record
 // owned by one file (record_plan.go, record_budget.go, record_bucket.go,
-// record_pace.go, record_fleet.go) that holds its type, its encoding, its
+// record_pace.go, record_peer.go, and fleet.go, where the fleet record
+// lives with the calls that use it) that holds its type, its encoding, its
 // key and its only read-modify-write. This file holds what they share: the
 // one compare-and-swap loop (update), the checksum every value ends with
 // (seal), and the bounds that keep decoded values from overflowing.
@@ -80,8 +81,6 @@ type stored struct {
 	cas     uint32 // casCreate when missing
 	missing bool
 }
-
-var errCorrupt = errors.New("corrupt value")
 
 // Every record ends with a checksum of the bytes before it (seal). Range
 // checks catch values no writer produces; the checksum catches the ones

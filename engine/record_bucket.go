@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // bucketVersion and the sizes of the bucket encoding.
@@ -199,4 +200,15 @@ func (r *view) resetBucket(b int, cas uint32) {
 	if err := r.store.Set(r.key(b), r.buf, cas); err != nil && !errors.Is(err, ErrCASMismatch) {
 		r.obs.StoreFailure("reset bucket", err)
 	}
+}
+
+// tablePrefix names the bucket keys of a table of nb buckets: tables of
+// different sizes never share a key.
+func tablePrefix(cfg *Config, nb int) string { return cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/" }
+
+func (r *view) key(b int) string {
+	if r.keys[b] == "" {
+		r.keys[b] = r.prefix + strconv.Itoa(b)
+	}
+	return r.keys[b]
 }

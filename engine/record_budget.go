@@ -29,6 +29,13 @@ type budget struct {
 	end      int64 // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 }
 
+// holding bounds a window budget besides its capacity: in fleet mode, what
+// the process holds for the window from the fleet (fleetWorker). adjust
+// reads it after the budget, in each attempt.
+type holding interface {
+	heldIn(store Store, k int64) int64
+}
+
 func appendBudget(dst []byte, v budget) []byte {
 	le := binary.LittleEndian
 	dst = append(dst[:0], budgetVersion)
@@ -105,33 +112,18 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 	return capacity, capacity
 }
 
-// errStale: the budget belongs to a newer plan's window than the view.
-var errStale = errors.New("view older than the budget")
-
-// take draws up to n units from the window budget. It returns errStale
-// when the budget belongs to a newer plan's window than the view, and
-// ErrRetriesExhausted under contention. An unreadable budget grants
-// nothing: it may hide grants, and only the next roller may reset it.
-// gate is the borrow gate of the lease being sized (rule_fair.go); what held the
-// take back is reported for the client's Retry-After.
-func (g *view) take(n, t int64, gate borrowGate) (int64, held, error) {
-	got, clipped, err := g.adjust(n, gate)
-	if err != nil {
-		return 0, held{}, err
-	}
-	m, h := g.paced(got, t)
-	h.clipped = h.clipped || clipped
-	return m, h, nil
-}
-
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
 func (g *view) give(n int64) { _, _, _ = g.adjust(-n, borrowGate{}) }
 
 // adjust moves the budget's granted by delta (positive: a take, limited to
-// what is left, and by gate). It is the one read-modify-write of the budget
-// key. clipped: the gate cut the take, not the budget.
+// what is left of the capacity in force, and by gate). It is the one
+// read-modify-write of the budget key. In fleet mode the capacity in force
+// is at most what the process holds for the window, read after the budget
+// in each attempt: a give-back takes its units out of the budget before it
+// lowers what is held, so an attempt that read the higher holding fails
+// its CAS. clipped: the gate cut the take, not the budget.
 func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
 	r := g
 	p := &r.plan
@@ -168,7 +160,10 @@ func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 			v.capacity, changed = g.cfg.Capacity, true
 		}
 		if delta > 0 {
-			left := g.fleetCap(v.capacity, p.window) // the capacity in force: the fleet's lease in fleet mode
+			left := v.capacity // the capacity in force
+			if g.holding != nil {
+				left = min(left, g.holding.heldIn(g.store, p.window))
+			}
 			allowed := min(delta, max(0, left-v.granted))
 			moved = gate.room(allowed, v.granted, left)
 			clipped = moved < allowed
@@ -189,6 +184,20 @@ func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 		return 0, false, nil // a store error grants nothing
 	}
 	return max(moved, 0), clipped, nil
+}
+
+// grantedIn is what the window budget has granted in window k (0 when it
+// holds another window, or cannot be read).
+func (r *view) grantedIn(k int64) int64 {
+	raw, _, err := r.store.Get(r.budgetKey)
+	if err != nil {
+		return 0
+	}
+	v, err := decodeBudget(raw)
+	if err != nil || v.window != k {
+		return 0
+	}
+	return v.granted
 }
 
 // resetBudget replaces an unreadable budget, read with CAS cas, by the

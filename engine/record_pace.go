@@ -1,7 +1,7 @@
 package engine
 
 // The pace record (<prefix>/pace, with Config.Pace): the theoretical
-// arrival time of the limit's cell rate algorithm (rule_pace.go holds the
+// arrival time of the limit's cell rate algorithm (rules.go holds the
 // arithmetic). Written by paced only.
 
 import "encoding/binary"
@@ -24,9 +24,9 @@ func decodePace(b []byte) (int64, error) {
 }
 
 // paced passes got units just taken from the window budget through the
-// pacing key: it returns how many pacing lets through and gives the rest
-// back to the budget. When pacing holds units back, it says so, and when the
-// next one fits, for the client's Retry-After. An unreadable
+// pacing key: it returns how many pacing lets through (the caller gives the
+// rest back to the budget). When pacing holds units back, it says so, and
+// when the next one fits, for the client's Retry-After. An unreadable
 // pace key is rewritten from now: pacing is a smoothing bound, and the
 // window budget still holds.
 func (g *view) paced(got, t int64) (int64, held) {
@@ -64,7 +64,6 @@ func (g *view) paced(got, t int64) (int64, held) {
 		m = 0
 	}
 	if m < got {
-		g.give(got - m)
 		return m, held{clipped: true, paceAt: t + max(interval, paceWait(next, t, tolerance))}
 	}
 	return m, held{}

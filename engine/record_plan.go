@@ -161,55 +161,25 @@ func decodePlan(b []byte, p *plan) error {
 	return nil
 }
 
-// read reads the plan key into the view. It reports corrupt when the value
-// cannot be trusted; the view is then left as it was, with viewCAS set to
-// the unreadable value's CAS so that a roller can replace it.
-func (r *view) read() (corrupt bool, err error) {
+// readPlan reads the plan key (missing when it was never written).
+func (r *view) readPlan() (stored, error) {
 	raw, cas, err := r.store.Get(r.planKey)
 	missing := errors.Is(err, ErrNotFound)
 	if err != nil && !missing {
 		r.obs.StoreFailure("get plan", err)
-		return false, err
+		return stored{}, err
 	}
-	return r.readFrom(stored{raw: raw, cas: cas, missing: missing}), nil
+	return stored{raw: raw, cas: cas, missing: missing}, nil
 }
 
-// readFrom is read of a plan value already read from the store.
-func (r *view) readFrom(st stored) (corrupt bool) {
-	if st.missing {
-		r.plan, r.planCAS, r.planBad = plan{window: r.plan.window}, casCreate, false
-		return false
-	}
-	if st.cas == r.planCAS {
-		return r.planBad
-	}
-	var p plan
-	if err := decodePlan(st.raw, &p); err != nil {
-		r.obs.ValueReset(r.planKey, err)
-		r.planCAS, r.planBad = st.cas, true
-		return true
-	}
-	if p.id < r.plan.id {
-		// A plan id never goes back; an older one can only be a bad
-		// writer's. Keep what we know and let a roller replace it.
-		r.obs.ValueReset(r.planKey, errCorrupt)
-		r.planCAS, r.planBad = st.cas, true
-		return true
-	}
-	r.adopt(p, st.cas)
-	return false
-}
-
-// updatePlan is the one read-modify-write of the plan. change is handed
-// the plan as read (the view, adopted when it is readable; corrupt when it
-// is not, and the view is then the last readable plan) and returns the
-// plan to publish, or nil to publish nothing. A published plan becomes the
-// view. A lost race reads the plan again and calls change again.
-func (r *view) updatePlan(change func(cur plan, corrupt bool) (*plan, error)) (published bool, err error) {
+// updatePlan is the one read-modify-write of the plan: change is handed
+// the plan key as read and returns the plan to publish, or nil to publish
+// nothing. It returns the plan published (nil: none). A lost race reads
+// the plan again and calls change again.
+func (r *view) updatePlan(change func(st stored) (*plan, error)) (*plan, error) {
 	var next *plan
-	err = r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
-		corrupt := r.readFrom(st)
-		n, err := change(r.plan, corrupt)
+	err := r.update(r.planKey, "plan", nil, func(st stored) ([]byte, error) {
+		n, err := change(st)
 		if err != nil || n == nil {
 			next = nil
 			return nil, err
@@ -218,47 +188,8 @@ func (r *view) updatePlan(change func(cur plan, corrupt bool) (*plan, error)) (p
 		r.buf = appendPlan(r.buf, n)
 		return r.buf, nil
 	})
-	if err != nil || next == nil {
-		return false, err
+	if err != nil {
+		return nil, err
 	}
-	r.adopt(*next, 0)
-	return true, nil
-}
-
-// countPending adds one to the plan's pending count, refusing when the
-// table is full. Before the first plan there is nothing to count in: the
-// first plan counts every entry.
-func (r *view) countPending() error {
-	_, err := r.updatePlan(func(cur plan, corrupt bool) (*plan, error) {
-		switch {
-		case corrupt:
-			return nil, errCorrupt // a roller must replace the plan first
-		case cur.id == 0:
-			return nil, nil
-		case int(cur.n)+int(cur.pending) >= r.cfg.MaxClients:
-			return nil, errFull
-		}
-		cur.pending++
-		return &cur, nil
-	})
-	return err
-}
-
-// claim records in the plan that this worker's config is the newest to
-// serve the limit, when it is newer than the one the plan names and opens
-// windows another way: the windows the plan's config opens from now on are
-// this config's (a reload is in force from its first request, not from the
-// first window it happens to open). The running window keeps its bounds.
-func (r *view) claim() error {
-	if r.plan.id == 0 || r.plan.born >= r.born || r.ownsAlignment(&r.plan) {
-		return nil
-	}
-	_, err := r.updatePlan(func(cur plan, corrupt bool) (*plan, error) {
-		if corrupt || cur.id == 0 || cur.born >= r.born || r.ownsAlignment(&cur) {
-			return nil, nil
-		}
-		cur.born, cur.newCycle, cur.newOffset, cur.newBuckets = r.born, int64(r.cfg.Cycle), int64(r.cfg.WindowOffset), int64(r.own)
-		return &cur, nil
-	})
-	return err
+	return next, nil
 }

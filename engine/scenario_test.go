@@ -2,11 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"sort"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )

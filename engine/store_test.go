@@ -2,8 +2,9 @@ package engine_test
 
 import (
 	"errors"
-	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"testing"
+
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/borrowcycle/borrowcycle/engine/storetest"

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"strconv"
 	"time"
 )
 
@@ -11,7 +10,7 @@ import (
 // refused or told to wait, bucket marks, peers). It reads the plan (small,
 // fixed size) to notice changes, reads one bucket to find or register one
 // client, and reads every bucket only to compute a plan; it grants units
-// only through sync (lease.go). The Limiter orchestrates; the view holds
+// only through sync. The Limiter orchestrates; the view holds
 // what a worker knows between calls.
 type view struct {
 	cfg   *Config
@@ -21,13 +20,14 @@ type view struct {
 
 	planKey   string
 	budgetKey string
-	paceKey   string // with pacing (rule_pace.go)
+	paceKey   string // with pacing (record_pace.go)
 	prefix    string
 	nb        int // buckets of the table in use (the plan's): a power of two
 	own       int // buckets of this config's table, about MaxClients/16
 	keys      []string
 	born      int64        // this worker's first clock reading (see plan.born)
 	fleet     *fleetWorker // nil unless fleet mode (fleet.go)
+	holding   holding      // the fleet's holding in fleet mode, else nil (see adjust)
 
 	plan    plan   // the plan as last read (id 0: none yet)
 	planCAS uint32 // CAS of the plan as read; 0 when unknown (then re-read before writing)
@@ -111,10 +111,6 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 	}
 }
 
-// tablePrefix names the bucket keys of a table of nb buckets: tables of
-// different sizes never share a key.
-func tablePrefix(cfg *Config, nb int) string { return cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/" }
-
 // useTable makes the table of nb buckets the one this worker reads and
 // writes. Bucket indices of another table mean nothing in it: what the
 // worker held by bucket is dropped (it finds its clients again).
@@ -128,15 +124,99 @@ func (r *view) useTable(nb int) {
 	clear(r.clients)
 }
 
-func (r *view) key(b int) string {
-	if r.keys[b] == "" {
-		r.keys[b] = r.prefix + strconv.Itoa(b)
-	}
-	return r.keys[b]
-}
-
 // home is a client's first bucket.
 func (r *view) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(r.nb-1)) }
+
+// read reads the plan key into the view. It reports corrupt when the value
+// cannot be trusted; the view is then left as it was, with planCAS set to
+// the unreadable value's CAS so that a roller can replace it.
+func (r *view) read() (corrupt bool, err error) {
+	st, err := r.readPlan()
+	if err != nil {
+		return false, err
+	}
+	return r.see(st), nil
+}
+
+// see is read of a plan value already read from the store.
+func (r *view) see(st stored) (corrupt bool) {
+	if st.missing {
+		r.plan, r.planCAS, r.planBad = plan{window: r.plan.window}, casCreate, false
+		return false
+	}
+	if st.cas == r.planCAS {
+		return r.planBad
+	}
+	var p plan
+	if err := decodePlan(st.raw, &p); err != nil {
+		r.obs.ValueReset(r.planKey, err)
+		r.planCAS, r.planBad = st.cas, true
+		return true
+	}
+	if p.id < r.plan.id {
+		// A plan id never goes back; an older one can only be a bad
+		// writer's. Keep what we know and let a roller replace it.
+		r.obs.ValueReset(r.planKey, errCorrupt)
+		r.planCAS, r.planBad = st.cas, true
+		return true
+	}
+	r.adopt(p, st.cas)
+	return false
+}
+
+// publish is updatePlan with the view kept: change is handed the plan as
+// read (the view, adopted when it is readable; corrupt when it is not, and
+// the view is then the last readable plan) and returns the plan to publish,
+// or nil to publish nothing. A published plan becomes the view.
+func (r *view) publish(change func(cur plan, corrupt bool) (*plan, error)) (published bool, err error) {
+	next, err := r.updatePlan(func(st stored) (*plan, error) {
+		corrupt := r.see(st)
+		return change(r.plan, corrupt)
+	})
+	if err != nil || next == nil {
+		return false, err
+	}
+	r.adopt(*next, 0)
+	return true, nil
+}
+
+// countPending adds one to the plan's pending count, refusing when the
+// table is full. Before the first plan there is nothing to count in: the
+// first plan counts every entry.
+func (r *view) countPending() error {
+	_, err := r.publish(func(cur plan, corrupt bool) (*plan, error) {
+		switch {
+		case corrupt:
+			return nil, errCorrupt // a roller must replace the plan first
+		case cur.id == 0:
+			return nil, nil
+		case int(cur.n)+int(cur.pending) >= r.cfg.MaxClients:
+			return nil, errFull
+		}
+		cur.pending++
+		return &cur, nil
+	})
+	return err
+}
+
+// claim records in the plan that this worker's config is the newest to
+// serve the limit, when it is newer than the one the plan names and opens
+// windows another way: the windows the plan's config opens from now on are
+// this config's (a reload is in force from its first request, not from the
+// first window it happens to open). The running window keeps its bounds.
+func (r *view) claim() error {
+	if r.plan.id == 0 || r.plan.born >= r.born || r.ownsAlignment(&r.plan) {
+		return nil
+	}
+	_, err := r.publish(func(cur plan, corrupt bool) (*plan, error) {
+		if corrupt || cur.id == 0 || cur.born >= r.born || r.ownsAlignment(&cur) {
+			return nil, nil
+		}
+		cur.born, cur.newCycle, cur.newOffset, cur.newBuckets = r.born, int64(r.cfg.Cycle), int64(r.cfg.WindowOffset), int64(r.own)
+		return &cur, nil
+	})
+	return err
+}
 
 // adopt makes p the view. Local caches keyed by plan id expire with it.
 func (r *view) adopt(p plan, cas uint32) {
@@ -202,9 +282,6 @@ type bucketRead struct {
 
 // forgetRead drops find's read, so that no later request acts on it.
 func (r *view) forgetRead() { r.lastRead = bucketRead{} }
-
-// errFull: the newcomer cannot be registered (table or probe path full).
-var errFull = errors.New("client table full")
 
 // insert puts a client in the table, waiting for a plan, at O(1) cost. A
 // newcomer enters unproven (tries 1, the units it asked for in prev): it
@@ -337,12 +414,7 @@ func free(x *entry, p *plan, cfg *Config) bool {
 // who is who asks (see transition); cand is the newcomer whose own request
 // asks for the plan (0: none): a re-plan, or the first plan, counts it
 // even unproven (promoted), the only unproven newcomer it counts.
-func (r *view) replan(real int64, who caller, cand uint64, flush func(t int64)) (stepKind, error) {
-	if t := real + r.plan.shift; flush != nil && r.plan.id != 0 {
-		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.planBad {
-			flush(t) // this worker's demand counts in the plan of a new window
-		}
-	}
+func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	var (
 		taken           stepKind
 		cur, next       plan
@@ -350,7 +422,7 @@ func (r *view) replan(real int64, who caller, cand uint64, flush func(t int64)) 
 		bcas            uint32
 		bcorrupt, reset bool
 	)
-	published, err := r.updatePlan(func(read plan, corrupt bool) (*plan, error) {
+	published, err := r.publish(func(read plan, corrupt bool) (*plan, error) {
 		taken, cur = stepStay, read
 		v, vcas, vcorrupt, err := r.readBudget()
 		if err != nil {
@@ -585,3 +657,325 @@ func (r *view) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
 		r.resetBudget(budgetCAS, freshRoll)
 	}
 }
+
+// Leases: the view grants units only here (sync, with the budget's adjust
+// and pacing's paced). They keep the two invariants of the engine:
+//
+//   - per client: an entry's granted never exceeds its share under the
+//     entry's plan, because a lease takes at most share − granted under the
+//     CAS that makes it visible, and a rebase sets share = granted +
+//     allowance;
+//   - per window: the budget's granted never exceeds the capacity in force
+//     for the window, because every lease first takes its units from the
+//     budget, under the budget's CAS, and gives back what it does not use.
+//
+// A worker admits only from units it leased, each unit once, so what a
+// window admits is at most what its budget granted.
+
+// held says what held a lease back, for the client's Retry-After: the
+// borrow gate or pacing cut the take (clipped), and pacing's next unit fits
+// at paceAt (Unix ns, 0: pacing did not hold it).
+type held struct {
+	clipped bool
+	paceAt  int64
+}
+
+// clientState is what this worker holds for one counted client.
+type clientState struct {
+	hash      uint64
+	bucket    int
+	created   uint64 // the entry's created: tells a re-registered client's entry apart
+	plan      uint64 // plan the share is under (the share period)
+	window    int64  // window the lease and counts belong to
+	share     int64
+	granted   int64  // the entry's granted at the last sync
+	lease     int64  // units this worker may still admit without the store
+	unflushed int64  // units asked for here, not yet written to the entry
+	flushed   int64  // units this worker wrote in window
+	fresh     bool   // registered in this window (counts as a newcomer)
+	exhausted bool   // nothing left (share or window budget) at the last sync
+	accrues   int64  // when exhausted by the borrow gate: when the pool next grows (Unix ns), else 0
+	unusable  uint64 // plan id under which the entry was found unreadable
+	used      bool   // the lease was used since the last tick
+	dirty     bool   // in the tick list
+}
+
+// reset starts the client's state afresh for window k: leases and counts of
+// another window are over.
+func (cs *clientState) reset(k int64) {
+	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
+	cs.used, cs.exhausted, cs.unusable, cs.accrues = false, false, 0, 0
+}
+
+type syncResult uint8
+
+const (
+	syncOK      syncResult = iota
+	syncStale              // the entry or the budget is under a newer plan than the view
+	syncGone               // the client has no counted entry any more
+	syncPending            // the entry is not counted in the view yet
+	syncCorrupt            // the bucket holds an unreadable value
+	syncFailed             // the store failed
+	syncBusy               // CAS retries ran out
+)
+
+// sync is the one read-modify-write of a client's entry: it rebases the
+// entry to the view's plan if needed, writes this worker's unwritten
+// demand, optionally returns its unused lease, and optionally leases at
+// least need more units (taking them from the window budget first). t is
+// the shifted time of the call, for the borrow gate and pacing.
+func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
+	r := g
+	p := &r.plan
+	var inHand int64 // budget units taken and not yet in the entry
+	var h held
+	defer func() {
+		if inHand > 0 {
+			g.give(inHand)
+		}
+	}()
+	var e entry
+	var take, ret int64
+	budgetShort := false // the share has room but the window does not
+	res := syncOK
+	err := r.updateBucket(cs.bucket, nil, func(bkt *bucketVal, missing bool) (bool, error) {
+		if missing {
+			res = syncGone
+			return false, nil
+		}
+		i := -1
+		for j := range bkt.entries {
+			if bkt.entries[j].hash == cs.hash {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			res = syncGone
+			return false, nil
+		}
+		e = bkt.entries[i]
+		switch {
+		case e.plan > p.id:
+			res = syncStale
+		case !registered(&e, p):
+			res = syncPending
+		case expired(&e, p, g.cfg):
+			res = syncGone
+		case e.plan < p.id:
+			rebase(&e, p, r.pol, g.cfg)
+		}
+		if res != syncOK {
+			return false, nil
+		}
+		if cs.window != e.window || cs.created != e.created {
+			// Counts and leases of another window, or of an earlier entry
+			// of this client (its bucket was reset), are over here.
+			cs.reset(e.window)
+			cs.created = e.created
+		}
+		e.demand += cs.unflushed
+		if e.demand > 0 {
+			e.active = max(e.active, e.window)
+		}
+		if e.tries == 1 && askedAgain(&e, g.cfg) {
+			e.tries = 2
+		}
+		ret, take, budgetShort = 0, 0, false
+		if returnLease {
+			ret = min(cs.lease, e.granted)
+			e.granted -= ret
+		}
+		if need > 0 {
+			want, paceAt := leaseWant(g.pol, g.cfg, p, &e, need, cs.flushed+cs.unflushed, t)
+			h.paceAt = max(h.paceAt, paceAt)
+			if want > inHand {
+				gate := gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, t)
+				got, took, err := g.take(want-inHand, t, gate)
+				h.clipped = h.clipped || took.clipped
+				h.paceAt = max(h.paceAt, took.paceAt)
+				switch {
+				case errors.Is(err, errStale):
+					res = syncStale
+					return false, nil
+				case err != nil:
+					return false, err
+				}
+				inHand += got
+			}
+			if inHand >= need {
+				take = min(want, inHand)
+			} else {
+				budgetShort = want > 0
+			}
+			e.granted += take
+		}
+		bkt.entries[i] = e
+		return true, nil
+	})
+	switch {
+	case errors.Is(err, errCorrupt):
+		return syncCorrupt
+	case errors.Is(err, ErrRetriesExhausted):
+		return syncBusy
+	case err != nil:
+		return syncFailed
+	case res != syncOK:
+		return res
+	}
+	inHand -= take
+	if ret > 0 {
+		g.give(ret)
+	}
+	cs.flushed += cs.unflushed
+	cs.unflushed = 0
+	cs.lease += take - ret
+	cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
+	cs.fresh = isNew(&e, p)
+	// A request costing more than is left is refused without making the
+	// client exhausted: a cheaper one may still fit.
+	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
+	cs.accrues = nextAccrual(g.cfg, t, h.paceAt, budgetShort && h.clipped)
+	return syncOK
+}
+
+// take draws up to n units from the window budget (adjust), then through pacing (paced), and
+// gives back what pacing held. It returns errStale when the budget belongs
+// to a newer plan's window than the view, and ErrRetriesExhausted under
+// contention. An unreadable budget grants nothing: it may hide grants, and
+// only the next roller may reset it. gate is the borrow gate of the lease
+// being sized; what held the take back is reported for the client's
+// Retry-After.
+func (g *view) take(n, t int64, gate borrowGate) (int64, held, error) {
+	got, clipped, err := g.adjust(n, gate)
+	if err != nil {
+		return 0, held{}, err
+	}
+	m, h := g.paced(got, t)
+	if m < got {
+		g.give(got - m)
+	}
+	h.clipped = h.clipped || clipped
+	return m, h, nil
+}
+
+// bucketMark is what a worker remembers of a client bucket in which it
+// refused a newcomer: under which plan, a Bloom filter of the hashes the
+// bucket held, and whether its places for newcomers were all taken. While
+// that plan runs with no client waiting, the bucket cannot take a newcomer
+// (see closedTo), so a flood of never-seen ids homed there is refused from
+// the mark: one bucket read per bucket and plan instead of one per request.
+//
+// The filter may answer "maybe" for a hash the bucket did not hold, never
+// "no" for one it did: a false "maybe" only sends the request down the path
+// that reads the bucket. Hashes are chosen by clients, so crafted ones can
+// at worst make every lookup a "maybe", which costs what it cost without
+// marks.
+type bucketMark struct {
+	plan        uint64    // view.marksFrom when marked; 0: no mark
+	bloom       [4]uint64 // 256 bits, three per hash
+	waitingFull bool      // maxWaitingPerBucket unproven newcomers of the plan's window
+}
+
+// bloomBits are the three filter bits of h, from a multiplicative mix so
+// that hashes differing only in some bits still spread.
+func bloomBits(h uint64) (a, b, c uint8) {
+	m := h * 0x9E3779B97F4A7C15
+	return uint8(m >> 56), uint8(m >> 48), uint8(m >> 40)
+}
+
+func (m *bucketMark) add(h uint64) {
+	a, b, c := bloomBits(h)
+	for _, bit := range [3]uint8{a, b, c} {
+		m.bloom[bit>>6] |= 1 << (bit & 63)
+	}
+}
+
+// mayHold reports whether the bucket may have held h when it was marked.
+func (m *bucketMark) mayHold(h uint64) bool {
+	a, b, c := bloomBits(h)
+	for _, bit := range [3]uint8{a, b, c} {
+		if m.bloom[bit>>6]&(1<<(bit&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mark records bucket b as read under the view (bkt decoded; nil for a
+// bucket that does not exist). A bucket with its overflow flag set is not
+// marked: clients homed in it may live in the buckets after it, which the
+// mark does not describe.
+func (r *view) mark(b int, bkt *bucketVal) {
+	if r.plan.id == 0 || (bkt != nil && bkt.overflow) {
+		return
+	}
+	if r.marks == nil {
+		r.marks = make([]bucketMark, r.nb) // on the first refusal only
+	}
+	m := bucketMark{plan: r.marksFrom}
+	if bkt != nil {
+		for i := range bkt.entries {
+			m.add(bkt.entries[i].hash)
+		}
+		m.waitingFull = waitingIn(bkt, &r.plan, r.cfg) >= maxWaitingPerBucket
+	}
+	r.marks[b] = m
+}
+
+// markRead marks h's home bucket from find's read of it, when find read it
+// (and no bucket after it).
+func (r *view) markRead(h uint64) {
+	last, b := r.lastRead, r.home(h)
+	switch {
+	case !last.valid || last.bucket != b:
+	case last.missing:
+		r.mark(b, nil)
+	case decodeBucket(last.raw, &r.bkt) == nil:
+		r.mark(b, &r.bkt)
+	}
+}
+
+// markOf is the mark of h's home bucket under the view, nil if none.
+func (r *view) markOf(h uint64) *bucketMark {
+	if r.marks == nil || r.plan.id == 0 {
+		return nil
+	}
+	if m := &r.marks[r.home(h)]; m.plan == r.marksFrom {
+		return m
+	}
+	return nil
+}
+
+// marksCarry reports whether marks made under plan cur still hold under
+// next: next re-plans cur's window right after it (id + 1) and counts the
+// clients cur counted plus only the newcomer it promoted. Within a window
+// no counted client drops out, so any client proven under cur would have
+// raised next's count too; without proofs, no bucket's places for
+// newcomers freed up, and no client was placed (a promoted newcomer keeps
+// its place, and stays one of its bucket's newcomers). A flood then keeps
+// its marks across the re-plan it causes every min_cycle.
+func marksCarry(cur, next *plan) bool {
+	promoted := uint32(0)
+	if next.promoted != 0 {
+		promoted = 1
+	}
+	return cur.id != 0 && next.id == cur.id+1 && next.window == cur.window && next.n == cur.n+promoted
+}
+
+// waitingIn counts the unproven newcomers of the plan's window in bkt: the
+// places a flood can take (at most maxWaitingPerBucket).
+func waitingIn(bkt *bucketVal, p *plan, cfg *Config) int {
+	n := 0
+	for i := range bkt.entries {
+		if x := &bkt.entries[i]; waitingUnproven(x) && !free(x, p, cfg) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitsForPool reports whether a client exhausted by the borrow gate must
+// still wait at t: before its next accrual, asking the store again cannot
+// help.
+func (cs *clientState) waitsForPool(t int64) bool { return cs.accrues == 0 || t < cs.accrues }

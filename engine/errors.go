@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// FieldError names the configuration field that is wrong and why. Its text is
+// what an operator sees in Envoy's log, so it leads with the field.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ErrRetriesExhausted is reported to the Observer when an operation kept
+// losing CAS races.
+var ErrRetriesExhausted = errors.New("cas retries exhausted")
+
+// errStore stands for a store error that was already reported to the
+// Observer where it happened.
+var errStore = errors.New("store failed")
+
+var errCorrupt = errors.New("corrupt value")
+
+// errStale: the budget belongs to a newer plan's window than the view.
+var errStale = errors.New("view older than the budget")
+
+// errFull: the newcomer cannot be registered (table or probe path full).
+var errFull = errors.New("client table full")

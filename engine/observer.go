@@ -1,0 +1,47 @@
+package engine
+
+import "time"
+
+// Observer hears about the rare events an operator wants counted or logged.
+// None of them happens per admitted request in steady state. Calls come from
+// the goroutine that calls the Limiter.
+type Observer interface {
+	// Rollover: this worker published plan ev.Plan (a new window's, or a
+	// re-plan of the running window for newcomers).
+	Rollover(ev RolloverEvent)
+	// CASRetry: a compare-and-swap lost a race and was retried.
+	CASRetry()
+	// StoreFailure: the store failed, or CAS retries ran out, on op.
+	StoreFailure(op string, err error)
+	// ValueReset: an unreadable shared value was found (and is reset by the
+	// next plan).
+	ValueReset(key string, err error)
+	// ClockJump: this worker found the clock behind a window that stopped
+	// moving (a clock that ran ahead came back, or stepped back), and
+	// opened a window after it, shifting every worker's clock by shift.
+	ClockJump(shift time.Duration)
+}
+
+// RolloverEvent describes a plan this worker published.
+type RolloverEvent struct {
+	Plan       uint64 // the plan id: the share period it starts
+	Window     int64  // the aligned window it plans
+	Early      bool   // the same as Replan (the name predates aligned windows)
+	Replan     bool   // a re-plan of the running window for newcomers
+	Clients    int    // counted in the plan
+	Registered int    // newcomers counted for the first time
+	Forgotten  int    // idle clients no longer counted
+}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+func (NopObserver) Rollover(RolloverEvent) {}
+
+func (NopObserver) CASRetry() {}
+
+func (NopObserver) StoreFailure(string, error) {}
+
+func (NopObserver) ValueReset(string, error) {}
+
+func (NopObserver) ClockJump(time.Duration) {}

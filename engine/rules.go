@@ -1,0 +1,1354 @@
+package engine
+
+// The engine's pure rules. None of them takes a Store: each is a function
+// of explicit times and of values read before (a plan, an entry, a record),
+// so that every worker that applies one to the same values decides the
+// same. In order:
+//
+//   - the transition: which step a worker takes at a given time (stay,
+//     roll, jump, re-plan, hold or refuse a newcomer), and window
+//     arithmetic;
+//   - shares: how a plan is computed from every client's entry, how one
+//     client's share follows from the plan and its own entry, and the
+//     newcomer rules (an unproven newcomer, asking again, expiry);
+//   - the policies (Seed, Static, Fair) with weights, and Fair's borrow
+//     gate;
+//   - pacing arithmetic, and how a lease is sized;
+//   - fleet sizing: how the syncer sizes a process's leases;
+//   - the client id's hash.
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// stepKind is what a worker must do at a given time, given the plan it holds.
+type stepKind uint8
+
+const (
+	// stepStay: the plan holds; decide from it.
+	stepStay stepKind = iota
+	// stepRoll: the plan's window is over (or the clock stepped back by
+	// more than a window): plan the clock's window afresh.
+	stepRoll
+	// stepReplan: newcomers wait and MinCycle has passed since the last
+	// plan: re-plan the rest of the window with them counted in.
+	stepReplan
+	// stepPending: a newcomer waits for the next allowed re-plan.
+	stepPending
+	// stepTableFull: a newcomer finds MaxClients clients registered or
+	// waiting.
+	stepTableFull
+	// stepJump: the clock has read behind the plan's window, which did not
+	// move, for Cycle + MinCycle: open a window after it (see transition).
+	stepJump
+)
+
+// caller is who asks transition: it decides what a step may be.
+type caller uint8
+
+const (
+	// callerCounted: a client the plan counts, a tick, or nobody.
+	callerCounted caller = iota
+	// callerNew: a client the table does not hold (a newcomer).
+	callerNew
+	// callerWaiting: a newcomer the table holds, waiting for a plan to
+	// count it: the one unproven newcomer a re-plan may count (promote).
+	callerWaiting
+)
+
+var stepNames = [...]string{"stay", "roll", "replan", "pending", "table_full", "jump"}
+
+func (s stepKind) String() string {
+	if int(s) < len(stepNames) {
+		return stepNames[s]
+	}
+	return "unknown"
+}
+
+// transition is the one place that decides how the plan moves: it is a pure
+// function of the plan a worker holds, the config, the time and who asks
+// (a counted client, a newcomer the table does not hold yet, or one it
+// holds that waits), and of how long this worker has read its clock
+// behind the plan's window (behind, 0 when it is not). It returns the step
+// and the window the next plan is for (the running one for a re-plan).
+//
+// now is the worker's clock reading plus the plan's shift (see jumpShift).
+//
+//   - Windows are aligned (WindowAt), so every worker agrees on when a
+//     window ends without talking to anyone. The running window ends when
+//     the config that planned it says: during a reconfiguration that
+//     changes the cycle, old and new configs honour each other's windows
+//     instead of re-planning on every request.
+//   - Windows only move forward. A reading before the plan's window (a
+//     late read, a lagging or stepped-back clock) counts in the plan's
+//     window: the newest one the store has opened. Only a reading at or
+//     past its end opens a new window.
+//   - A clock that stays behind while the plan's window does not move for
+//     Cycle + MinCycle is a jump: someone's clock ran ahead and opened a
+//     window that ends far in the future of every clock now. stepJump
+//     opens a new window after it, shifting every worker's clock by whole
+//     cycles onto it (jumpShift), so that admissions resume within
+//     Cycle + MinCycle of the clock's return and no window opens twice.
+//   - An empty plan (no client counted or waiting) is never rolled: there
+//     is nothing to share until a newcomer arrives.
+//   - A re-plan is wanted by a newcomer's own request, or by a proven (or
+//     declared) client waiting (p.pending); unproven newcomers that did
+//     not come back want nothing, and the table bound does not count them.
+//     Re-plans are at least MinCycle apart, so a flood of new ids costs at
+//     most one re-plan per MinCycle, and each re-plan counts at most one
+//     unproven newcomer. With no client counted there is nobody to
+//     disturb, so the first client never waits.
+func transition(p *plan, cfg *Config, now, behind int64, who caller) (stepKind, int64) {
+	newcomer := who != callerCounted
+	empty := p.id == 0 || p.n+p.pending == 0
+	start, end := planWindow(p, cfg)
+	if p.id == 0 || now >= end {
+		if empty && !newcomer {
+			return stepStay, p.window
+		}
+		return stepRoll, windowIndex(now, cfg)
+	}
+	if now < start && behind >= int64(cfg.Cycle+cfg.MinCycle) && cfg.Fleet == nil {
+		// (In fleet mode the windows are the fleet's, named by Gubernator
+		// keys every replica shares: a shifted clock would lease from keys
+		// no other replica uses. A clock behind waits for them.)
+		return stepJump, p.window
+	}
+	if who == callerNew && int(p.n)+int(p.pending) >= cfg.MaxClients {
+		return stepTableFull, p.window
+	}
+	if newcomer || p.pending > 0 {
+		if replanAllowed(p, cfg, now) {
+			return stepReplan, p.window
+		}
+		if newcomer {
+			return stepPending, p.window
+		}
+	}
+	return stepStay, p.window
+}
+
+// jumpShift is the clock shift after a jump out of plan p at now (a reading
+// before p's window): the smallest whole number of cycles that moves now
+// to or past the end of p's window. Whole cycles keep the new windows on
+// the wall clock's boundaries.
+func jumpShift(p *plan, cfg *Config, now int64) int64 {
+	_, end := planWindow(p, cfg)
+	c := int64(cfg.Cycle)
+	return p.shift + (end-now+c-1)/c*c
+}
+
+// replanAllowed: MinCycle has passed since the last plan, or nobody is
+// counted yet. (A reading before the plan's time waits like any other: a
+// clock that went back is a jump, which opens a window of its own.)
+func replanAllowed(p *plan, cfg *Config, now int64) bool {
+	return p.n == 0 || now-p.at >= int64(cfg.MinCycle)
+}
+
+// untilReplan is how long a pending newcomer waits: until the next allowed
+// re-plan, or the end of the window if that comes first (the next window's
+// plan registers it too).
+func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
+	return min(clampDuration(p.at+int64(cfg.MinCycle)-now), untilWindowEnd(p, cfg, now))
+}
+
+// untilWindowEnd is the time left in the plan's window. A reading before
+// the window (a clock behind the store's newest window) sees at most
+// Cycle + MinCycle: by then the window has moved, or the worker jumps.
+func untilWindowEnd(p *plan, cfg *Config, now int64) time.Duration {
+	start, end := planWindow(p, cfg)
+	if now < start {
+		return min(clampDuration(end-now), cfg.Cycle+cfg.MinCycle)
+	}
+	return clampDuration(end - now)
+}
+
+// planWindow is the span of the plan's window, as the config that planned
+// it defines windows (cfg's, for a plan of none).
+func planWindow(p *plan, cfg *Config) (start, end int64) {
+	if p.cycle <= 0 {
+		return windowStart(p.window, cfg), windowEnd(p.window, cfg)
+	}
+	start = p.window*p.cycle + p.offset
+	return start, start + p.cycle
+}
+
+func windowIndex(now int64, cfg *Config) int64 {
+	k, _, _ := WindowAt(time.Unix(0, now), cfg.Cycle, cfg.WindowOffset)
+	return k
+}
+
+func windowStart(k int64, cfg *Config) int64 { return k*int64(cfg.Cycle) + int64(cfg.WindowOffset) }
+func windowEnd(k int64, cfg *Config) int64   { return windowStart(k+1, cfg) }
+
+func clampDuration(ns int64) time.Duration {
+	if ns < 0 {
+		return 0
+	}
+	return time.Duration(ns)
+}
+
+// WindowAt returns the aligned window that t falls in: window k spans
+// [k·cycle + offset, (k+1)·cycle + offset) on the Unix epoch. Every worker and
+// every replica with the same cycle and offset agrees on it without talking
+// to anyone, and the end of the running window never moves. cycle must be
+// positive.
+func WindowAt(t time.Time, cycle, offset time.Duration) (index int64, start, end time.Time) {
+	ns := t.UnixNano() - int64(offset)
+	c := int64(cycle)
+	index = ns / c
+	if ns%c < 0 { // floor division for times before the epoch
+		index--
+	}
+	startNs := index*c + int64(offset)
+	return index, time.Unix(0, startNs), time.Unix(0, startNs+c)
+}
+
+// Shares: how a plan is computed from every client's entry (once per plan,
+// O(clients)), and how one client's share follows from the plan and its own
+// entry alone (once per client and plan, O(1)). The second uses exactly the
+// arithmetic of the first, so every worker that derives a share gets the
+// roller's number.
+
+// planResetJump is how far a plan id jumps when an unreadable plan is
+// replaced: ids must never be reused, and other workers may hold a later
+// plan than anything the resetting worker can see.
+const planResetJump = 1 << 20
+
+// registered reports whether e is counted in plan p. A declared or proven
+// entry is counted from the plan after the one it was (re-)written under
+// (created), so the roller of p could see it. An unproven newcomer that
+// waits is counted only by a plan that promoted it (names it); the first
+// sync under that plan gives
+// the entry a plan id, and from then on it is counted like any other.
+// Every worker decides this from p and e alone.
+func registered(e *entry, p *plan) bool {
+	if waitingUnproven(e) {
+		return e.hash == p.promoted && e.created < p.id
+	}
+	return e.created < p.id
+}
+
+// waitingUnproven: a newcomer seen once that no plan has counted yet.
+func waitingUnproven(e *entry) bool { return e.tries == 1 && e.plan == 0 }
+
+// askedAgain reports whether a client that entered unproven has asked for
+// more than the request it was first seen with (prev, in its first
+// window), or for anything in a later window: it is then proven (tries 2),
+// and counts as any client from the next plan on.
+func askedAgain(e *entry, cfg *Config) bool {
+	if e.window != windowIndex(e.since, cfg) {
+		return e.demand > 0
+	}
+	return float64(e.demand) > e.prev
+}
+
+// reclaimable reports whether an unproven newcomer's entry is over: its
+// window ended without a plan counting it. Its place may be reused, and
+// the table bound no longer counts it.
+func reclaimable(e *entry, p *plan) bool {
+	return waitingUnproven(e) && !registered(e, p) && e.window < p.window
+}
+
+// expired reports whether a client has been idle for more than IdleCycles
+// windows at p's window: it is then no longer counted, and its entry may be
+// reused. It is a function of the plan's window, so every worker agrees.
+//
+// A client that entered unproven (tries 1) and has shown nothing since is
+// forgotten after one idle window rather than IdleCycles: a one-shot id
+// promoted by a re-plan is counted in its window and the next, not for
+// IdleCycles more, so a flood keeps few of them counted at a time.
+func expired(e *entry, p *plan, cfg *Config) bool {
+	idle := int64(cfg.IdleCycles)
+	if e.tries == 1 {
+		idle = min(idle, 1)
+	}
+	return p.window-e.active > idle
+}
+
+// counted is registered and not expired.
+func counted(e *entry, p *plan, cfg *Config) bool { return registered(e, p) && !expired(e, p, cfg) }
+
+// isNew reports whether e counts as demanding the default share in p: it
+// was registered by the plan that opened p's window or by a later one, so
+// it has no full window of demand behind it.
+func isNew(e *entry, p *plan) bool { return e.created+1 >= p.roll }
+
+// demandOf is the full-window demand e's share in p's window is computed
+// from: the demand of the previous window, scaled up when the client
+// arrived during it (by cycle/elapsed, with elapsed at least MinCycle;
+// not for a client that entered unproven). Once the entry's
+// counters moved to p's window, the value frozen then (prev) is used.
+func demandOf(e *entry, p *plan, cfg *Config) float64 {
+	switch e.window {
+	case p.window:
+		return e.prev
+	case p.window - 1:
+		d := float64(e.demand)
+		// An arrival in the first 1/1024 of the window counts as a whole
+		// window: RegisterAt spaces the clients it declares a nanosecond
+		// apart (their registration order breaks rounding ties), and that
+		// must not scale their demand.
+		// A client that entered unproven has shown a count, not a rate: its
+		// demand is not extrapolated to the whole window.
+		if start := windowStart(e.window, cfg); e.tries != 1 && e.since-start >= int64(cfg.Cycle)/1024 {
+			elapsed := max(windowEnd(e.window, cfg)-e.since, int64(cfg.MinCycle))
+			d *= float64(cfg.Cycle) / float64(elapsed)
+		}
+		return d
+	}
+	return 0
+}
+
+// fullShare is e's integer share of p's whole window: the policy's cap for
+// its demand, rounded by p's largest-remainder threshold.
+func fullShare(pol compactPolicy, p *plan, e *entry, cfg *Config) int64 {
+	d, w := demandOf(e, p, cfg), cfg.weightOf(e.hash)
+	if isNew(e, p) {
+		d = newDemand(w*p.params[0], shown(e)) // p.params[0] is the default share per weight unit, C/W, for every policy
+	}
+	return roundCap(weightedCap(pol, &p.params, d, w), e.since, e.hash, p)
+}
+
+// shown is what a newcomer that entered unproven has shown: the units it
+// asked for while it waited (frozen in prev, which a new client's share
+// does not otherwise read). -1 for any other client.
+func shown(e *entry) float64 {
+	if e.tries == 1 {
+		return e.prev
+	}
+	return -1
+}
+
+// newDemand is the demand a client counts at in the window it was
+// registered in: the default share def, as the seed promises, except that
+// a newcomer that entered unproven counts at no more than what it has
+// shown. A one-shot id is then a client with a surplus: it keeps the
+// reservation and gives the rest of def back to those who want more, so a
+// flood of them cannot dilute anyone's share by more than the
+// reservations it holds.
+func newDemand(def, shown float64) float64 {
+	if shown < 0 {
+		return def
+	}
+	return math.Min(shown, def)
+}
+
+func roundCap(c float64, since int64, hash uint64, p *plan) int64 {
+	c = math.Max(0, sanitize(c))
+	f := math.Floor(c)
+	if roundsUp(c-f, since, hash, p) {
+		f++
+	}
+	return int64(math.Min(f, float64(p.capacity)))
+}
+
+// roundsUp reports whether a client's cap rounds up under p's largest
+// remainder threshold. Clients are ordered "larger fraction first, then
+// earlier arrival (registration order), then lower hash", and the first
+// capacity − Σfloor of them round up: the threshold is the last of those.
+func roundsUp(frac float64, since int64, hash uint64, p *plan) bool {
+	return before(frac, since, hash, p.thrFrac, p.thrSince, p.thrHash) ||
+		(frac == p.thrFrac && since == p.thrSince && hash == p.thrHash)
+}
+
+// before is the rounding order: larger fraction, then earlier arrival,
+// then lower hash.
+func before(fa float64, sa int64, ha uint64, fb float64, sb int64, hb uint64) bool {
+	if fa != fb {
+		return fa > fb
+	}
+	if sa != sb {
+		return sa < sb
+	}
+	return ha < hb
+}
+
+// allowance is what a client with the given full-window share, having been
+// granted granted units of the window already, may still take under p.
+func allowance(p *plan, full, granted int64) int64 {
+	want := full - granted
+	if want <= 0 {
+		return 0
+	}
+	if p.scale >= 1 {
+		return want
+	}
+	return int64(float64(want) * p.scale)
+}
+
+// rebase brings e to plan p (p.id > e.plan, e counted in p): it moves the
+// counters to p's window when they belong to another one, freezing the
+// demand the window's shares are computed from, and sets the share. The
+// share is granted + allowance, so granted ≤ share holds after a rebase as
+// before it.
+func rebase(e *entry, p *plan, pol compactPolicy, cfg *Config) {
+	if e.window != p.window {
+		e.prev = demandOf(e, p, cfg)
+		e.window, e.granted, e.demand = p.window, 0, 0
+	}
+	e.share = e.granted + allowance(p, fullShare(pol, p, e, cfg), e.granted)
+	e.plan = p.id
+}
+
+// planScratch holds a (re-)plan's per-client inputs, reused across plans.
+type planScratch struct {
+	hashes  []uint64
+	since   []int64
+	demands []float64
+	isNew   []bool
+	shown   []float64
+	weights []float64
+	granted []int64
+	fracs   []float64
+	order   []int
+}
+
+func (s *planScratch) reset() {
+	s.truncate(0)
+}
+
+func (s *planScratch) truncate(n int) {
+	s.hashes, s.since, s.demands, s.isNew, s.shown, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.shown[:n], s.granted[:n]
+	s.weights = s.weights[:n]
+}
+
+// add records one client counted in the plan being computed.
+func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
+	s.hashes = append(s.hashes, e.hash)
+	s.since = append(s.since, e.since)
+	s.demands = append(s.demands, demandOf(e, next, cfg))
+	s.isNew = append(s.isNew, isNew(e, next))
+	s.shown = append(s.shown, shown(e))
+	s.weights = append(s.weights, cfg.weightOf(e.hash))
+	g := int64(0)
+	if e.window == next.window {
+		g = e.granted
+	}
+	s.granted = append(s.granted, g)
+}
+
+// computePlan fills next's parameters from the clients in s. capacity is
+// what the shares split; left is what remains of the window's budget (the
+// whole capacity for a new window).
+func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left int64) {
+	n := len(s.hashes)
+	next.capacity, next.n = capacity, uint32(n)
+	next.thrFrac, next.thrSince, next.thrHash, next.scale = 2, 0, 0, 1
+	if n == 0 {
+		next.params = pol.params(capacity, nil, nil)
+		return
+	}
+	def := float64(capacity) / totalWeight(s.weights, n) // per weight unit
+	for i := range s.demands {
+		if s.isNew[i] {
+			s.demands[i] = newDemand(s.weights[i]*def, s.shown[i])
+		}
+	}
+	next.params = pol.params(capacity, s.demands, s.weights)
+	s.fracs = resizeFloats(s.fracs, n)
+	var floors int64
+	for i, d := range s.demands {
+		c := math.Max(0, sanitize(weightedCap(pol, &next.params, d, s.weights[i])))
+		f := math.Floor(c)
+		s.fracs[i] = c - f
+		s.demands[i] = f // the demand is not needed any more: keep the floor
+		floors += int64(math.Min(f, float64(capacity)))
+	}
+	switch up := capacity - floors; {
+	case up <= 0:
+		// nobody rounds up (thrFrac 2 is above every fraction)
+	case up >= int64(n):
+		next.thrFrac, next.thrSince, next.thrHash = -1, math.MaxInt64, math.MaxUint64
+	default:
+		i := s.selectNth(int(up) - 1)
+		next.thrFrac, next.thrSince, next.thrHash = s.fracs[i], s.since[i], s.hashes[i]
+	}
+	var want int64
+	for i, d := range s.demands {
+		// d now holds the cap's floor (see above); roundCap's arithmetic on
+		// the same cap gives the same integer.
+		f := d
+		if roundsUp(s.fracs[i], s.since[i], s.hashes[i], next) {
+			f++
+		}
+		full := int64(math.Min(f, float64(capacity)))
+		want += max(0, full-s.granted[i])
+	}
+	if _, lends := pol.(lender); lends {
+		return // limits, not a partition: the budget and the borrow gate bound the window
+	}
+	if left = max(left, 0); want > left {
+		next.scale = float64(left) / float64(want)
+	}
+}
+
+// selectNth returns the index of the k-th (0-based) client in the
+// rounding order (see before): the threshold of largest remainder. Quickselect, O(n) expected; it falls back to sorting the
+// range left when partitions go badly.
+func (s *planScratch) selectNth(k int) int {
+	n := len(s.fracs)
+	s.order = s.order[:0]
+	for i := 0; i < n; i++ {
+		s.order = append(s.order, i)
+	}
+	o := s.order
+	before := func(a, b int) bool {
+		return before(s.fracs[a], s.since[a], s.hashes[a], s.fracs[b], s.since[b], s.hashes[b])
+	}
+	lo, hi := 0, n-1
+	budget := 2 * (bitsLen(n) + 1)
+	for lo < hi {
+		if budget == 0 {
+			sub := o[lo : hi+1]
+			sort.Slice(sub, func(i, j int) bool { return before(sub[i], sub[j]) })
+			return o[k]
+		}
+		budget--
+		// median of three as the pivot
+		mid := lo + (hi-lo)/2
+		if before(o[mid], o[lo]) {
+			o[mid], o[lo] = o[lo], o[mid]
+		}
+		if before(o[hi], o[lo]) {
+			o[hi], o[lo] = o[lo], o[hi]
+		}
+		if before(o[hi], o[mid]) {
+			o[hi], o[mid] = o[mid], o[hi]
+		}
+		pivot := o[mid]
+		o[mid], o[hi] = o[hi], o[mid]
+		store := lo
+		for i := lo; i < hi; i++ {
+			if before(o[i], pivot) {
+				o[i], o[store] = o[store], o[i]
+				store++
+			}
+		}
+		o[store], o[hi] = o[hi], o[store]
+		switch {
+		case k == store:
+			return o[k]
+		case k < store:
+			hi = store - 1
+		default:
+			lo = store + 1
+		}
+	}
+	return o[k]
+}
+
+func bitsLen(n int) int {
+	b := 0
+	for ; n > 0; n >>= 1 {
+		b++
+	}
+	return b
+}
+
+func resizeFloats(f []float64, n int) []float64 {
+	if cap(f) < n {
+		return make([]float64, n)
+	}
+	return f[:n]
+}
+
+// A Policy turns the previous window's demand into the next window's integer
+// shares. Implementations must be pure: the same inputs give the same shares,
+// the shares are never negative, and they sum to exactly capacity (whenever
+// there is at least one client).
+//
+// demands are real numbers because a client that arrived during a window has
+// its demand scaled up to a full window, and a newcomer is counted as
+// demanding the default share C/N. dst is reused when it has room.
+//
+// The set is closed: Seed, Static and Fair. The engine derives each
+// client's share on its own, from a plan's compact parameters and the
+// client's demand (params, capOf), which only these policies define.
+type Policy interface {
+	Name() string
+	Allocate(dst []int64, capacity int64, demands []float64) []int64
+	params(capacity int64, demands, weights []float64) policyParams
+	capOf(p *policyParams, demand float64) float64
+}
+
+// Seed is the adaptive borrowing policy: clients that used less than their
+// default share lend the difference (keeping a reservation), and clients that
+// wanted more borrow it in proportion to their deficit.
+type Seed struct {
+	// Reservation is the fraction of the default share a client keeps even
+	// when it was idle, so that it can start again without waiting a window.
+	Reservation float64
+}
+
+// Name implements Policy.
+func (Seed) Name() string { return "seed" }
+
+// Allocate implements Policy.
+func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+	return allocateCompact(p, dst, capacity, demands)
+}
+
+// params computes the seed's compact parameters over every client's demand:
+// the default share D, the reservation floor, and the three totals (per
+// weight unit, see Weights below). With them, capOf gives any one client's
+// real-valued cap from its own demand alone, which is what lets a worker
+// derive one client's share without reading the others (see Shares above).
+func (p Seed) params(capacity int64, demands, weights []float64) policyParams {
+	def := float64(capacity) / totalWeight(weights, len(demands))
+	floor := def * clamp01(p.Reservation)
+	var deficit, surplus float64
+	for i, d := range demands {
+		w := weightAt(weights, i)
+		g := w * (def - math.Max(sanitize(d)/w, floor))
+		if g < 0 {
+			deficit -= g
+		} else {
+			surplus += g
+		}
+	}
+	return policyParams{def, floor, deficit, surplus, math.Max(0, surplus-deficit)}
+}
+
+// capOf is one client's real-valued cap: D plus a loan in proportion to its
+// deficit for a client that wanted more than D, and its reserved demand
+// plus a part of what is left over for one that wanted less.
+func (Seed) capOf(pp *policyParams, demand float64) float64 {
+	def, floor, deficit, surplus, remaining := pp[0], pp[1], pp[2], pp[3], pp[4]
+	r := math.Max(sanitize(demand), floor)
+	g := def - r
+	switch {
+	case g <= 0 && deficit > 0:
+		need := -g
+		return def + math.Min(need, need/deficit*surplus)
+	case g <= 0:
+		return def
+	}
+	return r + g/surplus*remaining
+}
+
+// Static splits capacity equally whatever the demand: the baseline that the
+// seed policy is measured against.
+type Static struct{}
+
+// Name implements Policy.
+func (Static) Name() string { return "static" }
+
+// Allocate implements Policy.
+func (p Static) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+	return allocateCompact(p, dst, capacity, demands)
+}
+
+func (Static) params(capacity int64, demands, weights []float64) policyParams {
+	return policyParams{float64(capacity) / totalWeight(weights, len(demands))}
+}
+
+func (Static) capOf(pp *policyParams, _ float64) float64 { return pp[0] }
+
+// policyParams are a policy's compact parameters: a few numbers computed
+// over every client at a (re-)plan, from which capOf derives any one
+// client's cap. They travel in the plan key, so their size is fixed.
+type policyParams [5]float64
+
+// compactPolicy is a Policy seen from the engine: its shares derive one
+// client at a time, from the plan's parameters and that client's demand.
+type compactPolicy = Policy
+
+// allocateCompact is Allocate for a compact policy: every client's
+// real-valued cap from the policy's parameters, then largest-remainder
+// rounding, the same arithmetic a plan does one client at a time.
+func allocateCompact(p compactPolicy, dst []int64, capacity int64, demands []float64) []int64 {
+	n := len(demands)
+	dst = resize(dst, n)
+	if n == 0 || capacity <= 0 {
+		return dst
+	}
+	params := p.params(capacity, demands, nil)
+	caps := scratchFloats(n)
+	for i, d := range demands {
+		caps[i] = p.capOf(&params, d)
+	}
+	return largestRemainder(dst, capacity, caps)
+}
+
+// Allocate applies the seed policy to integer demands (docs/contract.md,
+// "How shares are computed"), for tests, the simulator and operators'
+// what-if questions.
+func Allocate(capacity int64, reservation float64, demands []int64) []int64 {
+	real := make([]float64, len(demands))
+	for i, d := range demands {
+		real[i] = float64(d)
+	}
+	return Seed{Reservation: reservation}.Allocate(nil, capacity, real)
+}
+
+// largestRemainder rounds real caps that sum to capacity into integers that
+// sum to exactly capacity: floor everything, then hand the leftover units to
+// the largest fractional parts, ties to the lower index. Rounding each cap to
+// the nearest integer instead can overshoot the capacity.
+func largestRemainder(dst []int64, capacity int64, caps []float64) []int64 {
+	n := len(caps)
+	var sum int64
+	for i, c := range caps {
+		c = math.Max(0, sanitize(c))
+		f := math.Floor(c)
+		if f > float64(capacity) {
+			f = float64(capacity)
+		}
+		dst[i] = int64(f)
+		caps[i] = c - f // keep only the fractional part
+		sum += dst[i]
+	}
+	left := capacity - sum
+	if left <= 0 {
+		// Floating-point noise can push the floors over capacity; take the
+		// excess back from the largest shares so the sum stays exact.
+		trimExcess(dst, -left)
+		return dst
+	}
+	order := scratchInts(n)
+	sort.SliceStable(order, func(a, b int) bool { return caps[order[a]] > caps[order[b]] })
+	for k := int64(0); k < left; k++ {
+		dst[order[k%int64(n)]]++
+	}
+	return dst
+}
+
+// trimExcess removes excess units, one at a time, from the largest shares.
+func trimExcess(dst []int64, excess int64) {
+	for ; excess > 0; excess-- {
+		maxI := 0
+		for i := range dst {
+			if dst[i] > dst[maxI] {
+				maxI = i
+			}
+		}
+		dst[maxI]--
+	}
+}
+
+// sanitize maps NaN and negative values, which no real demand can have, to 0.
+func sanitize(x float64) float64 {
+	if math.IsNaN(x) || x < 0 {
+		return 0
+	}
+	if math.IsInf(x, 1) {
+		return math.MaxFloat64 / 4
+	}
+	return x
+}
+
+func clamp01(x float64) float64 {
+	if math.IsNaN(x) || x < 0 {
+		return 0
+	}
+	return math.Min(x, 1)
+}
+
+func resize(dst []int64, n int) []int64 {
+	if cap(dst) < n {
+		return make([]int64, n)
+	}
+	return dst[:n]
+}
+
+// Scratch space for rollovers. A rollover runs on one goroutine at a time per
+// Limiter (each Envoy worker VM is single-threaded), but Allocate is also
+// called from tests and tools concurrently, so the scratch is allocated per
+// call; it is small next to the cost of reading the client slots.
+func scratchFloats(n int) []float64 { return make([]float64, n) }
+
+func scratchInts(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// Weights (Config.Weights) turn equal shares into weighted ones
+// in every policy. A client of weight w counts as w clients of weight 1
+// with the same demand per unit: its default share is w × C/W (W the
+// total weight of the counted clients), its seed reservation w × the
+// per-unit reservation, its fair guarantee and water level w × the
+// per-unit ones. Policies compute their parameters per weight unit
+// (params over demands and weights) and a client's cap is
+// w × capOf(params, d / w) (weightedCap), so a plan still derives one
+// client's share from the plan and that client's own entry.
+
+// Bounds on Config.Weights.
+const (
+	MaxWeights = 10_000
+	MaxWeight  = 1_000
+	// MinWeight keeps C/W and the caps finite: a weight of 1e-300 would
+	// make them overflow.
+	MinWeight      = 0.001
+	MaxWeightIDLen = 256
+)
+
+// weightAt is weights[i], or 1 without weights.
+func weightAt(weights []float64, i int) float64 {
+	if weights == nil {
+		return 1
+	}
+	return weights[i]
+}
+
+// totalWeight is W, at least a hair above 0 so that C/W is finite.
+func totalWeight(weights []float64, n int) float64 {
+	if weights == nil {
+		return float64(max(n, 1))
+	}
+	var w float64
+	for _, x := range weights {
+		w += x
+	}
+	return math.Max(w, 1e-9)
+}
+
+// weightedCap is one client's real-valued cap under params pp: w times the
+// cap of a weight-1 client with the same demand per unit. The fair
+// policy's cap is a limit, the capacity, not a part of it (its weights act
+// in the borrow gate), so it is not scaled: a light client alone may still
+// use the whole window.
+func weightedCap(pol compactPolicy, pp *policyParams, demand, w float64) float64 {
+	if _, limit := pol.(Fair); limit {
+		return pol.capOf(pp, sanitize(demand))
+	}
+	return w * pol.capOf(pp, sanitize(demand)/w)
+}
+
+// weightOf is the weight of the client with hash h (1 unless configured).
+func (c *Config) weightOf(h uint64) float64 {
+	if w, ok := c.hashedWeights[h]; ok {
+		return w
+	}
+	return 1
+}
+
+// hashWeights indexes Weights by client hash, once per limiter.
+func (c *Config) hashWeights() {
+	if len(c.Weights) == 0 {
+		c.hashedWeights = nil
+		return
+	}
+	c.hashedWeights = make(map[uint64]float64, len(c.Weights))
+	for id, w := range c.Weights {
+		c.hashedWeights[clientHash(id)] = w
+	}
+}
+
+// validateWeights reports the first bad entry of Config.Weights, in key
+// order so that the message is the same on every run.
+func validateWeights(ws map[string]float64) error {
+	if len(ws) > MaxWeights {
+		return fieldErr("weights", "at most %d entries, got %d", MaxWeights, len(ws))
+	}
+	ids := make([]string, 0, len(ws))
+	for id := range ws {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		w := ws[id]
+		switch {
+		case id == "" || len(id) > MaxWeightIDLen:
+			return fieldErr("weights", "client ids must be 1 to %d bytes, got %d", MaxWeightIDLen, len(id))
+		case math.IsNaN(w) || w < MinWeight || w > MaxWeight:
+			return fieldErr("weights", "%q: must be in [%v, %d], got %v", id, MinWeight, MaxWeight, w)
+		}
+	}
+	return nil
+}
+
+// weightedLevel is the water level L per weight unit with
+// Σ wᵢ·min(dᵢ/wᵢ, L) = capacity, or capacity when everything fits.
+func weightedLevel(capacity float64, demands, weights []float64) float64 {
+	n := len(demands)
+	order := scratchInts(n)
+	unit := func(i int) float64 { return sanitize(demands[i]) / weightAt(weights, i) }
+	sort.Slice(order, func(a, b int) bool { return unit(order[a]) < unit(order[b]) })
+	left, wLeft := capacity, totalWeight(weights, n)
+	for _, i := range order {
+		fair := left / wLeft
+		if unit(i) >= fair {
+			return fair
+		}
+		left -= unit(i) * weightAt(weights, i)
+		wLeft -= weightAt(weights, i)
+		if wLeft <= 0 {
+			break
+		}
+	}
+	return capacity
+}
+
+// Fair is the work-conserving policy. Every counted client may
+// take up to the whole capacity; what bounds it is when it asks, in three
+// tiers (borrowGate):
+//
+//   - its guarantee, the default share D = C/N, whatever it asked for
+//     before: a client that comes back after an idle window gets what it
+//     asks up to D at once;
+//   - up to the water level L, it borrows from the pool: capacity that has
+//     accrued in the window so far (elapsed/Cycle × C) and nobody has
+//     taken. Capacity that accrues later holds the other clients' future
+//     guarantees and is never lent. The level itself accrues (L × elapsed),
+//     so borrowers under it share the pool in step with time, not by who
+//     asks first or most often;
+//   - once it has had L, it borrows only what the pool has held for
+//     fairLag of a window unused: capacity that nobody under the level
+//     wanted; and so may a client at what it has accrued of L, when that
+//     late pool holds more than lateReserve of the capacity. This is what
+//     makes the policy work-conserving when the demand it was sized from
+//     has gone (a stale level), without racing for rounding's odd units.
+//
+// L is the level of a max-min (water-filling) split of C over the previous
+// window's demands: Σ min(dᵢ, L) = C. Water-filling rather than the seed's
+// split by deficit, because the level does not move when a client already
+// above it asks for more: retries and inflated attempts buy no priority,
+// while a split by deficit pays every extra attempt.
+//
+// Its shares (Decision.Limit) are the capacity, not a partition: the
+// window budget keeps the capacity promise, and the gate the guarantee.
+type Fair struct{}
+
+// Name implements Policy.
+func (Fair) Name() string { return "fair" }
+
+// fairLevel is params[1]: the water level, or the capacity itself when the
+// demands fit. fairCapacity is params[2].
+const (
+	fairLevel    = 1
+	fairCapacity = 2
+)
+
+// fairLag is how long, as a fraction of the window, pool capacity must sit
+// unused before a client beyond the water level may borrow it: clients
+// under the level have it first.
+const fairLag = 1.0 / 32
+
+// lateReserve is how much of the capacity the late pool must hold before
+// a client still under its level (held back by its accrual) may take from
+// it: enough to tell a real surplus (demand that went away) from rounding.
+const lateReserve = 1.0 / 16
+
+// params computes D and the water level L over every client's demand.
+func (Fair) params(capacity int64, demands, weights []float64) policyParams {
+	c := float64(capacity)
+	return policyParams{c / totalWeight(weights, len(demands)), weightedLevel(c, demands, weights), c}
+}
+
+// capOf is the most a client may hold in the window: the capacity.
+func (Fair) capOf(pp *policyParams, _ float64) float64 { return pp[fairCapacity] }
+
+// tiers are a client's guarantee and its priority limit (the water level,
+// at least the guarantee), in units.
+func (Fair) tiers(pp *policyParams) (guarantee, level float64) {
+	return pp[0], math.Max(pp[0], pp[fairLevel])
+}
+
+// Allocate implements Policy with the split the fair policy settles to
+// when demand is steady: max-min over the demands, what is left over
+// (Σ d < C) spread equally, rounded by largest remainder so the shares sum
+// to exactly capacity. The engine does not use it: a fair client's limit
+// is capOf, and what it gets depends on when it asks.
+func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
+	n := len(demands)
+	dst = resize(dst, n)
+	if n == 0 || capacity <= 0 {
+		return dst
+	}
+	level := weightedLevel(float64(capacity), demands, nil)
+	caps := scratchFloats(n)
+	var used float64
+	for i, d := range demands {
+		caps[i] = math.Min(sanitize(d), level)
+		used += caps[i]
+	}
+	spare := math.Max(0, float64(capacity)-used) / float64(n)
+	for i := range caps {
+		caps[i] += spare
+	}
+	return largestRemainder(dst, capacity, caps)
+}
+
+// lender is a policy whose caps sum to more than the capacity: a client
+// beyond its guarantee borrows, and only from the pool (see borrowGate).
+type lender interface {
+	tiers(pp *policyParams) (guarantee, level float64)
+}
+
+// borrowGate limits what one lease may take from the window budget, in
+// the fair policy's three tiers: the client's own units (up to its
+// guarantee) from anywhere in the budget; up to the water level, only
+// capacity accrued by now and not granted; beyond it, only capacity
+// accrued fairLag ago and still not granted. Zero value: no gate.
+type borrowGate struct {
+	on       bool
+	own      int64   // units the lease may take within the client's guarantee
+	level    int64   // units the lease may take within the water level accrued so far
+	beyond   bool    // the client has had its whole water level: it may use the late pool
+	entitled bool    // the client has had what it has accrued of its level: the late pool's surplus
+	elapsed  float64 // fraction of the window elapsed, in [0, 1]
+}
+
+// room is how many units a take may move from a budget that has granted
+// granted of capacity, given what the budget alone allows (allowed).
+func (b borrowGate) room(allowed, granted, capacity int64) int64 {
+	if !b.on {
+		return allowed
+	}
+	pool := accrued(capacity, b.elapsed) - granted
+	// The late pool trails the pool by fairLag and catches up at the
+	// window's end, so that everything unused is lendable by then.
+	late := accrued(capacity, (b.elapsed-fairLag)/(1-fairLag)) - granted
+	switch {
+	case b.beyond:
+	case b.entitled:
+		// Under its level but at what it has accrued of it: only a real
+		// surplus (more than lateReserve of the capacity) is worth a race,
+		// not the odd unit that rounding leaves.
+		late -= int64(lateReserve * float64(capacity))
+	default:
+		late = 0 // under its level, a client borrows in step with time only
+	}
+	return max(0, min(allowed, max(b.own, min(b.level, pool), late)))
+}
+
+// accrued is how much of capacity has accrued at fraction f of a window,
+// rounded up: a unit is lendable from the moment it starts accruing, so
+// the last one is not stranded until the window's very end.
+func accrued(capacity int64, f float64) int64 {
+	return int64(math.Ceil(math.Max(0, f) * float64(capacity)))
+}
+
+// gateFor is the gate of a lease for the client with hash hash that has
+// been granted granted units, under plan p at time t (Unix ns). Its tiers
+// are the per-unit ones times its weight.
+func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t int64) borrowGate {
+	l, ok := pol.(lender)
+	if !ok {
+		return borrowGate{}
+	}
+	g, lv := l.tiers(&p.params)
+	w := cfg.weightOf(hash)
+	g, lv = g*w, lv*w
+	f := windowElapsed(p, cfg, t)
+	// The level accrues over the window like the pool, so that borrowers
+	// under it share the pool in step with time rather than by who asks
+	// first (or most often).
+	own := int64(math.Floor(g))
+	if cfg.Pace {
+		own = pacedAmount(own, cfg.Burst, f) // the guarantee accrues too
+	}
+	entitled := int64(math.Max(math.Floor(g), math.Ceil(lv*f))) // its guarantee, or its level accrued so far
+	return borrowGate{
+		on:       true,
+		own:      max(0, own-granted),
+		level:    max(0, entitled-granted),
+		beyond:   granted >= int64(math.Floor(lv)),
+		entitled: granted >= entitled,
+		elapsed:  f,
+	}
+}
+
+// windowElapsed is the fraction of p's window elapsed at t, in [0, 1].
+func windowElapsed(p *plan, cfg *Config, t int64) float64 {
+	start, end := planWindow(p, cfg)
+	f := float64(t-start) / float64(end-start)
+	return math.Max(0, math.Min(1, f))
+}
+
+// nextAccrual is when a client held back by pacing (until paceAt) or by
+// the borrow gate (gated) may find more: for the gate, one unit's accrual
+// time after t. 0 when neither held it back (only the window's end brings
+// more).
+func nextAccrual(cfg *Config, t, paceAt int64, gated bool) int64 {
+	if paceAt > 0 {
+		return paceAt
+	}
+	if !gated {
+		return 0
+	}
+	return t + max(1, int64(cfg.Cycle)/max(1, cfg.Capacity))
+}
+
+// Pacing (Config.Pace) spreads a limit's capacity over the
+// window instead of letting it all go at the window's start. Two rules,
+// both pure functions of explicit times:
+//
+//   - per client: by fraction f of the window, a client may have been
+//     granted at most share × (burst + (1 − burst) × f) (pacedAmount);
+//   - per limit: a generic cell rate algorithm over the whole capacity,
+//     one unit every cycle/capacity with a tolerance of burst × cycle
+//     (paceFit), kept in one shared key. It forfeits what is not used, so
+//     any interval of one cycle's length admits at most
+//     (1 + burst) × capacity units (plus one, when burst × capacity < 1),
+//     where fixed windows alone let up to 2 × capacity through across a
+//     boundary.
+//
+// A paced lease takes only the units asked for, so units are granted when
+// they are admitted and the bound holds for admissions, not just grants.
+
+// pacedAmount is how much of share a client may have been granted by
+// fraction f of the window: burst × share at once, the rest linearly.
+// Rounded up, so a unit is available as soon as it starts to accrue.
+func pacedAmount(share int64, burst, f float64) int64 {
+	f = math.Max(0, math.Min(1, f))
+	// (less a rounding hair, so that 100 × 0.6 is 60, not 61)
+	return int64(math.Ceil(float64(share)*(burst+(1-burst)*f) - 1e-9))
+}
+
+// paceFit is the pacing cell rate algorithm: given the theoretical
+// arrival time tat (Unix ns, 0 for a new limit) and a request for n units
+// at now, it returns how many fit (m ≤ n) and the new tat. A unit fits
+// when the units before it are no more than tolerance ahead of now;
+// each unit moves tat by interval.
+func paceFit(tat, now, n, interval, tolerance int64) (m, next int64) {
+	base := max(tat, now)
+	ahead := base - now
+	if n <= 0 || ahead > tolerance {
+		return 0, tat
+	}
+	m = min(n, (tolerance-ahead)/interval+1)
+	return m, base + m*interval
+}
+
+// paceWait is how long after now the next unit fits under tat.
+func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
+
+// paceParams are the cell rate algorithm's interval and tolerance for a
+// config: one unit every cycle/capacity, rounded up (rounded down, a cycle
+// would hold a few more than capacity units), and burst × cycle less one
+// interval (so that a burst is burst × capacity units, not one more).
+func paceParams(cfg *Config) (interval, tolerance int64) {
+	c := max(1, cfg.Capacity)
+	interval = max(1, (int64(cfg.Cycle)+c-1)/c)
+	tolerance = max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
+	return interval, tolerance
+}
+
+// pacedAt is when a share's paced amount reaches units, in p's window.
+func pacedAt(p *plan, cfg *Config, share, units int64) int64 {
+	start, end := planWindow(p, cfg)
+	b := cfg.Burst
+	if b >= 1 || share <= 0 {
+		return start
+	}
+	f := (float64(units)/float64(share) - b) / (1 - b)
+	return start + int64(math.Ceil(math.Max(0, math.Min(1, f))*float64(end-start)))
+}
+
+// Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
+// of the units the worker saw the client ask for this window.
+const (
+	leaseDivisor     = 16
+	leaseRateDivisor = 4
+)
+
+// leaseSize is how many units a worker takes in one lease, at least need:
+// at most 1/leaseDivisor of what is left of the share, so leases shrink as
+// it drains, and at most 1/leaseRateDivisor of what this worker saw, so a
+// worker that sees little of a client holds little of its share. Both bound
+// the capacity that can sit unused in a worker. 0 when need does not fit.
+func leaseSize(avail, need, seen int64) int64 {
+	if avail < need || need <= 0 {
+		return 0
+	}
+	return min(avail, max(need, min(avail/leaseDivisor, seen/leaseRateDivisor)))
+}
+
+// leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the
+// fair policy, a lease is exactly need. A fair client's batch would draw
+// units from the window budget before they are used, even within its
+// guarantee, and the borrow gate reads the budget as what has been used
+// so far: batches make the pool look spent and strand capacity (design,
+// "Leases"). Paced, a client of a partitioning policy may hold only its
+// paced amount of its share; when that is short, paceAt says when it is
+// not. (The fair policy paces its guarantee in its gate.)
+func leaseWant(pol compactPolicy, cfg *Config, p *plan, e *entry, need, seen, t int64) (want, paceAt int64) {
+	_, lends := pol.(lender)
+	if !cfg.Pace && !lends {
+		return leaseSize(e.share-e.granted, need, seen), 0
+	}
+	avail := e.share - e.granted
+	if !lends {
+		f := windowElapsed(p, cfg, t)
+		avail = min(avail, pacedAmount(e.share, cfg.Burst, f)-e.granted)
+		if avail < need && e.granted+need <= e.share {
+			paceAt = pacedAt(p, cfg, e.share, e.granted+need)
+		}
+	}
+	return leaseSize(avail, need, 0), paceAt
+}
+
+// slot returns the slot of window k, or nil.
+func (s *fleetState) slot(k int64) *fleetSlot {
+	for i := range s.slots {
+		if s.slots[i].window == k {
+			return &s.slots[i]
+		}
+	}
+	return nil
+}
+
+// claim returns the slot of window k, reusing the oldest slot for it.
+func (s *fleetState) claim(k int64) *fleetSlot {
+	if sl := s.slot(k); sl != nil {
+		return sl
+	}
+	old := &s.slots[0]
+	for i := range s.slots {
+		if s.slots[i].window < old.window {
+			old = &s.slots[i]
+		}
+	}
+	*old = fleetSlot{window: k, rem: -1}
+	return old
+}
+
+// allowance is what the process may admit in window k: what it holds,
+// raised to the fallback while that is in force.
+func (s *fleetState) allowance(k int64, f *Fleet) int64 {
+	var held int64
+	if sl := s.slot(k); sl != nil {
+		held = sl.leased
+	}
+	if k <= s.fallbackUntil {
+		held = max(held, f.Fallback)
+	}
+	return held
+}
+
+// leasePlan is one sync's sizing: units to lease for the current window and
+// ahead for the next, and units of the current one to give back. probe and
+// probeAhead ask what a key has left (hits 0) instead of leasing, when it
+// had nothing left at the last answer: a hit on a key at 0 is what makes
+// Gubernator's status stick (see consumed).
+type leasePlan struct {
+	lease, ahead, giveBack int64
+	probe, probeAhead      bool
+}
+
+// sizeLeases sizes a sync at elapsed ns into window k (left ns remain) from
+// the process's demand rate: units asked for in this window so far (in its
+// first quarter, the previous window's rate if higher). The process aims to hold,
+// beyond what it granted, twice what it would need until the sync after
+// next; it leases when it holds less than half of that and gives back above
+// one and a half times. Near the end of the window the horizon shrinks to
+// what is left, so unused units go back before the window ends; then it
+// also leases ahead for the start of the next window, so that no request
+// waits for a callout at the roll. Until the window is half over, it holds
+// no more than its demand's share of the fleet capacity (fairShare).
+func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64) leasePlan {
+	var p leasePlan
+	interval := int64(f.SyncInterval)
+	horizon := 2*interval + int64(f.Timeout)
+	floor := max(1, capacity/64) // a standing lease, so an idle process can start at once
+	var rate float64             // units per ns
+	cur := s.claim(k)
+	if elapsed > 0 {
+		rate = float64(cur.asked) / float64(max(elapsed, interval))
+	}
+	// The previous window speaks for the first quarter of this one, until
+	// this one has seen enough: then an idle process stops leasing at once.
+	if prev := s.slot(k - 1); prev != nil && 4*elapsed < cycle {
+		rate = max(rate, float64(prev.asked)/float64(cycle))
+	}
+	// The epsilon keeps float noise from rounding an exact need up.
+	need := func(span int64) int64 { return int64(math.Ceil(rate*float64(span) - 1e-6)) }
+	if k > s.fallbackUntil {
+		headroom := max(0, cur.leased-cur.used)
+		target := max(2*need(min(horizon, left)), floor)
+		room := capacity - cur.leased
+		fair := fairShare(s, k, f.Capacity, elapsed, cycle)
+		early := 2*elapsed < cycle
+		if early {
+			room = min(room, fair-cur.leased)
+		}
+		switch {
+		case early && cur.leased > fair && headroom > 0:
+			// Holding more than its share while others want theirs (the
+			// split moved): the excess goes back now, not at the window's end.
+			p.giveBack = min(headroom, cur.leased-fair)
+		case headroom*2 < target:
+			p.lease, p.probe = capLease(target-headroom, room, cur.rem)
+		case headroom*2 > target*3:
+			p.giveBack = headroom - target
+		}
+	}
+	if left <= horizon && k+1 > s.fallbackUntil {
+		next := s.claim(k + 1)
+		target := max(2*need(horizon), floor)
+		room := min(capacity, fairShare(s, k, f.Capacity, elapsed, cycle)) - next.leased
+		if next.leased*2 < target {
+			p.ahead, p.probeAhead = capLease(target-next.leased, room, next.rem)
+		}
+	}
+	return p
+}
+
+// fairShare is the part of the fleet capacity in proportion to the
+// process's part of the fleet's demand (all of it while that is unknown).
+// Early in a window the demand key holds only the first posters' demand,
+// and alone it would hand the first process to sync the whole capacity; so
+// the previous window's demand counts too, fading out over the first
+// quarter of this one, after which the split follows this window's demand.
+func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
+	var mine, all float64
+	prevWeight := max(0, 1-4*float64(elapsed)/float64(cycle))
+	for _, w := range []struct {
+		k      int64
+		weight float64
+	}{{k - 1, prevWeight}, {k, 1}} {
+		if sl := s.slot(w.k); sl != nil && sl.total > 0 && w.weight > 0 {
+			// The fleet's demand as last counted, plus this process's
+			// demand not yet posted to it.
+			mine += w.weight * float64(sl.asked)
+			all += w.weight * float64(sl.total+max(0, sl.asked-sl.posted))
+		}
+	}
+	if all <= 0 || mine >= all {
+		return fleetCap
+	}
+	return int64(math.Ceil(float64(fleetCap) * mine / all))
+}
+
+// capLease bounds a lease by room (the process's own capacity left, and its
+// fair share early in the window) and by half of what the key had left at
+// its last answer (rem, -1 before any): a hit of at most half of what is
+// left leaves at least as much as it took, so its answer is unambiguous
+// even when Gubernator's status sticks (see consumed). When the key had nothing left, it probes instead (probe true):
+// others may have given units back since.
+func capLease(want, room, rem int64) (n int64, probe bool) {
+	n = max(min(want, room), 0)
+	switch {
+	case rem == 0:
+		return 0, n > 0
+	case rem > 0:
+		n = min(n, max(1, rem/2))
+	}
+	return n, false
+}
+
+// clientHash maps a client id to its 64-bit FNV-1a hash, never zero (zero
+// marks a free place). Clients are identified in shared state by the hash
+// of their id: fixed-size entries keep buckets compact whatever the ids
+// look like. Ids are not secrets (any caller can send any id), so a keyed
+// hash would buy nothing; 64 bits make accidental collisions negligible for
+// the bounded client table (about 3e-10 for 100,000 clients).
+func clientHash(id string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= prime
+	}
+	if h == 0 {
+		return 1
+	}
+	return h
+}
