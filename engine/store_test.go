@@ -4,9 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/borrowcycle/borrowcycle/engine/enginetest"
-
 	"github.com/borrowcycle/borrowcycle/engine"
+	"github.com/borrowcycle/borrowcycle/engine/enginetest"
 	"github.com/borrowcycle/borrowcycle/engine/storetest"
 )
 

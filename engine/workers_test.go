@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine/enginetest"
-
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
