@@ -475,40 +475,81 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 	return l.failure(t, cost, errStore)
 }
 
-// admitUnknown handles a client this worker holds no state for: a client
-// other workers registered (found in its bucket), a newcomer waiting for a
-// plan, or a newcomer to register. A newcomer enters the table unproven
-// and is counted by a re-plan its own request makes, if one is allowed
-// now; otherwise it waits, and asking again proves it, so that the next
-// re-plan counts it (see registered). A newcomer this worker refused in
-// the window (table_full) that asks again has proven itself too: it takes
-// table room, but none of the places a flood of one-shot ids fills, so a
-// genuine client is counted by the next re-plan whatever the flood. Its
-// repeats while the table is full, and repeats of a newcomer told to wait
-// once proven, touch no shared state.
+// admitUnknown decides on a request of a client this worker holds no
+// state for (see arrive): admitted from its share once it is counted,
+// pending while it waits for a plan that counts it, table_full when the
+// table has no room for it.
 func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
+	defer l.view.forgetRead() // find's read serves this request only
+	a, err := l.arrive(t, h, cost)
+	switch {
+	case err != nil:
+		return l.failure(t, cost, err)
+	case a.kind == arrivedCounted:
+		return l.admitKnown(t, l.track(h, a.bucket, a.created), cost, true)
+	case a.kind == arrivedRefused:
+		l.refuse(h)
+		return l.tableFull(t)
+	}
+	if a.mark {
+		l.wait(h, a.proven)
+	}
+	return l.pending(t)
+}
+
+// arrival is what became of the request of a client the worker held no
+// state for (arrive).
+type arrival struct {
+	kind    arrivalKind
+	bucket  int    // arrivedCounted: where its entry is
+	created uint64 // arrivedCounted: the entry's created
+	mark    bool   // arrivedWaiting: remember it as told to wait under the view's plan
+	proven  bool   // with mark: its entry records it as proven
+}
+
+type arrivalKind uint8
+
+const (
+	arrivedCounted arrivalKind = iota // counted in the view's plan
+	arrivedWaiting                    // waits for a plan that counts it
+	arrivedRefused                    // the table has no room for it
+)
+
+// arrive handles a client this worker holds no state for: a client other
+// workers registered (found in its bucket), a newcomer waiting for a plan,
+// or a newcomer to register. A newcomer enters the table unproven and is
+// counted by a re-plan its own request makes, if one is allowed now;
+// otherwise it waits, and asking again proves it, so that the next re-plan
+// counts it (see registered). A newcomer this worker refused in the window
+// (table_full) that asks again has proven itself too: it takes table room,
+// but none of the places a flood of one-shot ids fills, so a genuine client
+// is counted by the next re-plan whatever the flood. Its repeats while the
+// table is full, and repeats of a newcomer told to wait once proven, touch
+// no shared state.
+func (l *Limiter) arrive(t int64, h uint64, cost int64) (arrival, error) {
 	r := l.view
-	defer r.forgetRead() // find's read serves this request only
+	waiting := arrival{kind: arrivedWaiting}
+	refused := arrival{kind: arrivedRefused}
 	refusedBefore := false
 	if w, ok := r.refused[h]; ok && w == r.plan.window {
 		if int(r.plan.n)+int(r.plan.pending) >= l.cfg.MaxClients {
-			return l.tableFull(t)
+			return refused, nil
 		}
 		refusedBefore = true
 	}
 	if !refusedBefore && l.closedTo(t, h) {
-		return l.refuse(t, h)
+		return refused, nil
 	}
 	if m, ok := r.waiting[h]; ok && m.plan == r.plan.id && m.proven && (r.plan.pending == 0 || !replanAllowed(&r.plan, &l.cfg, t)) {
 		// Proven and told to wait under this plan, and no re-plan can be
 		// due yet (or none is wanted as far as this worker knows: its next
 		// tick catches up).
-		return l.pending(t)
+		return waiting, nil
 	}
 	if r.plan.id == 0 {
 		// No plan seen yet: read it, or every client looks new.
 		if err := l.refresh(l.unshifted(t)); err != nil {
-			return l.failure(t, cost, err)
+			return arrival{}, err
 		}
 	}
 	b, e, found, err := r.find(h)
@@ -516,20 +557,19 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 		// Waiting, as far as this worker's view goes: the view may be
 		// behind the plan that counted it.
 		if err := l.refresh(l.unshifted(t)); err != nil {
-			return l.failure(t, cost, err)
+			return arrival{}, err
 		}
+	}
+	if errors.Is(err, errCorrupt) {
+		// Its bucket is reset by the next plan; until then repeats wait
+		// here without reading it again.
+		return arrival{kind: arrivedWaiting, mark: true, proven: true}, nil
 	}
 	if err != nil {
-		if errors.Is(err, errCorrupt) {
-			// Its bucket is reset by the next plan; until then repeats wait
-			// here without reading it again.
-			l.wait(h, true)
-			return l.pending(t)
-		}
-		return l.failure(t, cost, err)
+		return arrival{}, err
 	}
 	if found && counted(&e, &r.plan, &l.cfg) {
-		return l.admitKnown(t, l.track(h, b, e.created), cost, true)
+		return arrival{kind: arrivedCounted, bucket: b, created: e.created}, nil
 	}
 	who, cand := callerCounted, uint64(0)
 	switch {
@@ -550,48 +590,42 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	default: // new, or returning after expiry
 		if step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), callerNew); step == stepTableFull {
 			r.markRead(h)
-			return l.refuse(t, h)
+			return refused, nil
 		}
 		err = r.insert(h, t, cost)
 		who, cand = callerWaiting, h
 	}
-	if err != nil {
-		switch {
-		case errors.Is(err, errFull):
-			return l.refuse(t, h)
-		case errors.Is(err, errCorrupt):
-			if _, err := l.replan(l.unshifted(t), callerWaiting, 0); err != nil {
-				return l.failure(t, cost, err)
-			}
-			return l.pending(t)
-		}
-		return l.failure(t, cost, err)
+	switch {
+	case errors.Is(err, errFull):
+		return refused, nil
+	case errors.Is(err, errCorrupt):
+		// The plan made now resets the bucket: the next request may
+		// register again.
+		_, err = l.replan(l.unshifted(t), callerWaiting, 0)
+		return waiting, err
+	case err != nil:
+		return arrival{}, err
 	}
 	// In the table, unproven (this request may promote it) or proven
 	// (counted in the plan's pending): a plan is made now when allowed.
 	// (Before the first plan, any client in the table asks for it.)
-	proven := who == callerCounted
+	waiting = arrival{kind: arrivedWaiting, mark: true, proven: who == callerCounted}
 	if r.plan.id == 0 {
 		who = callerWaiting
 	}
 	if step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), who); step == stepPending || step == stepStay {
 		// No re-plan is due as far as the view goes (a tick catches up
 		// when the view is behind).
-		l.wait(h, proven)
-		return l.pending(t)
+		return waiting, nil
 	}
-	if step, err := l.replan(l.unshifted(t), who, cand); err != nil {
-		return l.failure(t, cost, err)
-	} else if step == stepStay {
-		l.wait(h, proven)
-		return l.pending(t)
+	if step, err := l.replan(l.unshifted(t), who, cand); err != nil || step == stepStay {
+		return waiting, err
 	}
 	b, e, found, err = r.find(h)
 	if err != nil || !found || !counted(&e, &r.plan, &l.cfg) {
-		l.wait(h, proven)
-		return l.pending(t)
+		return waiting, nil
 	}
-	return l.admitKnown(t, l.track(h, b, e.created), cost, true)
+	return arrival{kind: arrivedCounted, bucket: b, created: e.created}, nil
 }
 
 func (l *Limiter) wait(h uint64, proven bool) {
@@ -607,12 +641,13 @@ func (l *Limiter) track(h uint64, b int, created uint64) *clientState {
 	return cs
 }
 
-func (l *Limiter) refuse(t int64, h uint64) Decision {
+// refuse remembers newcomer h as refused table_full in the view's window:
+// asking again in it proves the newcomer (see arrive).
+func (l *Limiter) refuse(h uint64) {
 	if len(l.view.refused) >= localCacheMax {
 		clear(l.view.refused)
 	}
 	l.view.refused[h] = l.view.plan.window
-	return l.tableFull(t)
 }
 
 // closedTo reports whether newcomer h can only be refused as table_full,
