@@ -37,24 +37,25 @@ type view struct {
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
 	refused map[uint64]int64        // newcomers told "table_full" -> window then
 
-	// The clock has read before the view's window (roll behindRoll) since
-	// behindSince: see behind and transition's jump.
-	behindOn    bool
-	behindRoll  uint64
-	behindSince int64
-
-	registeredNow int // set by scan: clients the scanned plan counts first
+	stuck stuckClock // see behind
 
 	buf      []byte
 	bkt      bucketVal
-	lastRead bucketRead   // see getBucket
+	lastRead bucketRead   // see find
 	marks    []bucketMark // by bucket; see bucketMark (nil until a refusal)
 	// marksFrom is the plan id from which the marks made since hold: the
 	// view's, or an earlier one when the plans since changed no bucket's
 	// newcomer places (marksCarry).
 	marksFrom uint64
 	scratch   planScratch
-	corrupt   []corruptKey
+}
+
+// stuckClock: the clock has read before the view's window (of roll roll)
+// since since, the window not moving (on: it has).
+type stuckClock struct {
+	on    bool
+	roll  uint64
+	since int64
 }
 
 type corruptKey struct {
@@ -418,7 +419,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	var (
 		taken           stepKind
 		cur, next       plan
-		registeredNow   int
+		found           scanned
 		bcas            uint32
 		bcorrupt, reset bool
 	)
@@ -487,24 +488,24 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
-			top, err := r.scan(&cur, &next, false)
+			first, err := r.scan(&cur, &next, false)
 			if err != nil {
 				return nil, err
 			}
-			next.id = max(top, cur.id, v.roll) + planResetJump
+			next.id = max(first.top, cur.id, v.roll) + planResetJump
 			next.roll = next.id
 		}
-		if _, err := r.scan(&cur, &next, !corrupt); err != nil {
+		if found, err = r.scan(&cur, &next, !corrupt); err != nil {
 			return nil, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
-		registeredNow, taken = r.registeredNow, step
+		taken = step
 		return &next, nil
 	})
 	if err != nil || !published {
 		return stepStay, err
 	}
-	r.resetCorrupt(bcas, bcorrupt, reset)
+	r.resetCorrupt(found.corrupt, bcas, bcorrupt, reset)
 	if taken == stepJump {
 		r.obs.ClockJump(time.Duration(next.shift - cur.shift))
 	}
@@ -514,8 +515,8 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		Early:      next.replan,
 		Replan:     next.replan,
 		Clients:    int(next.n),
-		Registered: registeredNow,
-		Forgotten:  max(0, int(cur.n)+registeredNow-int(next.n)),
+		Registered: found.registered,
+		Forgotten:  max(0, int(cur.n)+found.registered-int(next.n)),
 	})
 	return taken, nil
 }
@@ -586,30 +587,33 @@ func (r *view) behind(t int64) int64 {
 	start, _ := planWindow(&r.plan, r.cfg)
 	switch {
 	case r.plan.id == 0 || t >= start:
-		r.behindOn = false
+		r.stuck.on = false
 		return 0
-	case !r.behindOn || r.behindRoll != r.plan.roll || t < r.behindSince:
+	case !r.stuck.on || r.stuck.roll != r.plan.roll || t < r.stuck.since:
 		// (A reading further back, a clock that stepped back again, starts
 		// the wait anew: the time behind is measured on one clock.)
-		r.behindOn, r.behindRoll, r.behindSince = true, r.plan.roll, t
+		r.stuck = stuckClock{on: true, roll: r.plan.roll, since: t}
 		return 0
 	}
-	return t - r.behindSince
+	return t - r.stuck.since
 }
 
-// scan reads every bucket and records the clients counted in next. It
-// returns the highest plan id any entry names (for a plan reset), counts
-// the clients next counts and cur did not (registeredNow), and remembers
-// unreadable buckets for resetCorrupt.
+// scanned is what scan found besides the clients it recorded.
+type scanned struct {
+	top        uint64       // the highest plan id any entry names (for a plan reset)
+	registered int          // clients next counts and cur did not
+	corrupt    []corruptKey // unreadable buckets, for resetCorrupt
+}
+
+// scan reads every bucket and records the clients counted in next (in
+// r.scratch, for computePlan).
 //
 // With checkFuture, an entry that names a plan id at or above next's is
 // impossible (if another worker had published such a plan, next's CAS will
 // fail): its bucket is treated as unreadable.
-func (r *view) scan(cur, next *plan, checkFuture bool) (uint64, error) {
+func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
 	r.scratch.reset()
-	r.registeredNow = 0
-	r.corrupt = r.corrupt[:0]
-	var top uint64
+	var out scanned
 	for b := 0; b < r.nb; b++ {
 		raw, cas, err := r.store.Get(r.key(b))
 		if errors.Is(err, ErrNotFound) {
@@ -617,42 +621,41 @@ func (r *view) scan(cur, next *plan, checkFuture bool) (uint64, error) {
 		}
 		if err != nil {
 			r.obs.StoreFailure("get bucket", err)
-			return 0, err
+			return scanned{}, err
 		}
 		if err := decodeBucket(raw, &r.bkt); err != nil {
-			r.corrupt = append(r.corrupt, corruptKey{b, cas})
+			out.corrupt = append(out.corrupt, corruptKey{b, cas})
 			continue
 		}
-		mark, markNew := len(r.scratch.hashes), r.registeredNow
+		mark, markNew := len(r.scratch.hashes), out.registered
 		for i := range r.bkt.entries {
 			e := &r.bkt.entries[i]
-			top = max(top, e.plan, e.created)
+			out.top = max(out.top, e.plan, e.created)
 			if checkFuture && (e.plan >= next.id || e.created >= next.id) {
 				r.scratch.truncate(mark)
-				r.registeredNow = markNew
-				r.corrupt = append(r.corrupt, corruptKey{b, cas})
+				out.registered = markNew
+				out.corrupt = append(out.corrupt, corruptKey{b, cas})
 				break
 			}
 			if counted(e, next, r.cfg) {
 				r.scratch.add(e, next, r.cfg)
 				if !registered(e, cur) || cur.id == 0 {
-					r.registeredNow++
+					out.registered++
 				}
 			}
 		}
 	}
-	return top, nil
+	return out, nil
 }
 
 // resetCorrupt rewrites the unreadable values the plan's scan found. Only
 // the roller may: it read them before the new plan existed, so they cannot
 // hide a grant under it, and the CAS of the unreadable value makes the
 // write lose to any write since.
-func (r *view) resetCorrupt(budgetCAS uint32, budgetCorrupt, freshRoll bool) {
-	for _, c := range r.corrupt {
+func (r *view) resetCorrupt(buckets []corruptKey, budgetCAS uint32, budgetCorrupt, freshRoll bool) {
+	for _, c := range buckets {
 		r.resetBucket(c.bucket, c.cas)
 	}
-	r.corrupt = r.corrupt[:0]
 	if budgetCorrupt {
 		r.resetBudget(budgetCAS, freshRoll)
 	}
