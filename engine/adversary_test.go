@@ -322,7 +322,7 @@ func TestAdversaryClockSteps(t *testing.T) {
 			inside := led.worst(capacity, func(k int64) bool { return k > k1 && k < k2 }, nil)
 			outside := led.worst(capacity, func(k int64) bool { return k < k1 || k > k2 }, nil)
 			t.Logf("adversary: %s/touching-a-step worst window/capacity = %.2f", c.name, touch.ratio)
-			t.Logf("adversary: %s/between-steps worst window/capacity = %.2f (bound %.0f×)", c.name, inside.ratio, c.inside)
+			t.Logf("adversary: %s/between-steps worst window/capacity = %.2f (bound %.0f×; 2× in a window a jump opened)", c.name, inside.ratio, c.inside)
 			t.Logf("adversary: %s/elsewhere worst window/capacity = %.2f", c.name, outside.ratio)
 			if w.over > 0 {
 				t.Errorf("%d true windows over their bound (steps in windows %d and %d):%s",

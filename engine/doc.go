@@ -51,9 +51,11 @@
 //     re-plan, hold a newcomer or refuse it; then the shares and the
 //     newcomer rules, the policies with weights and the borrow gate, pacing
 //     and lease sizing, and fleet sizing.
-//   - The view (view.go) is what one worker knows of the shared state
-//     between calls; it grants units only through sync.
-//   - The Limiter (limiter.go) orchestrates.
+//   - The view (view.go) is one worker's part: it keeps the plan current,
+//     leases a counted client's units (sync) and finds or registers the
+//     others (arrive), and holds what the worker knows between calls.
+//   - The Limiter (limiter.go) reads the clock, orchestrates, and turns
+//     what the view did into decisions.
 //
 // docs/design.md gives the argument, and the bound per true-time window.
 //

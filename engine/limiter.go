@@ -15,12 +15,6 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 // WithObserver sets who hears about plans, retries and failures.
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.obs = o } }
 
-// flushDivisor: a worker writes its counted demand back once it has counted
-// 1/flushDivisor of what it already wrote (at least 1 unit), so demand is
-// exact for light clients and within about 1/16 for heavy ones, with a
-// logarithmic number of writes.
-const flushDivisor = 16
-
 // Limiter is one worker's view of a limit. Every Envoy worker VM has its
 // own; they agree through the Store. A Limiter is not safe for concurrent
 // use: each worker is single-threaded, and so is each goroutine that plays
@@ -30,7 +24,6 @@ type Limiter struct {
 	clock Clock
 	obs   Observer
 	view  *view
-	dirty []*clientState // clients with a lease or unwritten demand: the tick's work
 	// failOpen counts the units this worker admitted on store errors in
 	// one window (see failure).
 	failOpen struct{ window, used int64 }
@@ -91,7 +84,7 @@ func (l *Limiter) AdmitFromAt(now time.Time, peer, client string, cost int64) De
 		return l.AdmitNAt(now, client, cost)
 	}
 	real := l.read(now)
-	if err := l.current(real); err != nil {
+	if err := l.view.current(real); err != nil {
 		return l.failure(real+l.view.plan.shift, max(cost, 1), err)
 	}
 	t := real + l.view.plan.shift
@@ -148,7 +141,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	}
 	cost = max(cost, 1)
 	real := l.read(now)
-	if err := l.current(real); err != nil {
+	if err := l.view.current(real); err != nil {
 		return l.failure(real+l.view.plan.shift, cost, err)
 	}
 	t := real + l.view.plan.shift // the shifted clock (see transition)
@@ -172,7 +165,7 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 		return LeaseCall{}, false
 	}
 	t := now.UnixNano()
-	return l.view.fleet.call(l.view, t, l.current(t) == nil)
+	return l.view.fleet.call(l.view, t, l.view.current(t) == nil)
 }
 
 // FleetDoneAt applies the outcome of call: replies (one per hit, in order)
@@ -189,50 +182,7 @@ func (l *Limiter) FleetDoneAt(now time.Time, call LeaseCall, replies []LeaseRepl
 // not use since the previous tick, notices plans other workers published,
 // and plans the next window on time (or re-plans for waiting newcomers).
 func (l *Limiter) TickAt(now time.Time) {
-	real := l.read(now)
-	if err := l.refresh(real); err != nil {
-		return
-	}
-	t := real + l.view.plan.shift
-	l.tickClients(t)
-	if step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), callerCounted); step != stepStay {
-		_, _ = l.replan(real, callerCounted, 0)
-	}
-}
-
-// tickClients flushes demand and returns leases unused since the last tick.
-func (l *Limiter) tickClients(t int64) {
-	keep := l.dirty[:0]
-	for _, cs := range l.dirty {
-		if cs.window == l.view.plan.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
-			l.view.sync(cs, 0, !cs.used, t)
-		}
-		cs.used = false
-		if cs.window == l.view.plan.window && (cs.lease > 0 || cs.unflushed > 0) {
-			keep = append(keep, cs)
-		} else {
-			cs.dirty = false
-		}
-	}
-	clear(l.dirty[len(keep):])
-	l.dirty = keep
-}
-
-// flush writes back this worker's demand before it plans a new window, so
-// that the plan counts it.
-func (l *Limiter) flush(t int64) {
-	for _, cs := range l.dirty {
-		if cs.unflushed > 0 && cs.window == l.view.plan.window && cs.plan != 0 {
-			l.view.sync(cs, 0, false, t)
-		}
-	}
-}
-
-func (l *Limiter) markDirty(cs *clientState) {
-	if !cs.dirty {
-		cs.dirty = true
-		l.dirty = append(l.dirty, cs)
-	}
+	l.view.tick(l.read(now))
 }
 
 // RegisterAt declares clients at now, as if each had sent a request but
@@ -242,7 +192,7 @@ func (l *Limiter) markDirty(cs *clientState) {
 // otherwise.
 func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	real := l.read(now)
-	if err := l.refresh(real); err != nil {
+	if err := l.view.refresh(real); err != nil {
 		return err
 	}
 	t := real + l.view.plan.shift
@@ -266,7 +216,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 	if l.view.plan.id == 0 {
 		who = callerWaiting // the first plan
 	}
-	_, err := l.replan(real, who, 0)
+	_, err := l.view.replan(real, who, 0)
 	return err
 }
 
@@ -329,56 +279,6 @@ func (l *Limiter) Snapshot() Snapshot {
 // last read.
 func (l *Limiter) ActiveClients() int { return int(l.view.plan.n) }
 
-// refresh reads the plan; an unreadable one is replaced at once by a plan
-// for the clock's window (see view.replan). real is the clock's reading
-// (unshifted).
-//
-// The plan it reads may be a window the clock has already left (nobody has
-// rolled yet): it then plans the clock's window before anyone decides under
-// the plan read, as current does.
-func (l *Limiter) refresh(real int64) error {
-	corrupt, err := l.view.read()
-	if err != nil {
-		return err
-	}
-	if corrupt {
-		if _, err := l.replan(real, callerCounted, 0); err != nil {
-			return err
-		}
-	}
-	return l.current(real)
-}
-
-// replan has the view plan the next window, or re-plan the running one
-// (view.replan), after writing this worker's unwritten demand when the
-// plan is for a new window: that demand counts in its shares.
-func (l *Limiter) replan(real int64, who caller, cand uint64) (stepKind, error) {
-	if t := real + l.view.plan.shift; l.view.plan.id != 0 {
-		if step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), who); step == stepRoll || step == stepJump || l.view.planBad {
-			l.flush(t)
-		}
-	}
-	return l.view.replan(real, who, cand)
-}
-
-// current makes sure the view is the plan for the clock reading real,
-// planning a new window when the running one is over. It reads the store
-// only when the cached plan says a step is due.
-func (l *Limiter) current(real int64) error {
-	if l.view.plan.born < l.view.born {
-		if err := l.view.claim(); err != nil {
-			return err
-		}
-	}
-	t := real + l.view.plan.shift
-	step, _ := transition(&l.view.plan, &l.cfg, t, l.view.behind(t), callerCounted)
-	if step == stepStay {
-		return nil
-	}
-	_, err := l.replan(real, callerCounted, 0)
-	return err
-}
-
 // read turns a time the caller read into this worker's clock reading. A
 // worker's readings never go back by less than a step: a reading taken
 // before a pause and used after it (a GC pause, a slow host call) is read
@@ -402,9 +302,6 @@ func (l *Limiter) read(now time.Time) int64 {
 // still be read as a late one rather than a clock step.
 func maxLag(cfg *Config) int64 { return int64(max(cfg.Cycle, time.Second)) }
 
-// unshifted is the clock reading behind the shifted time t.
-func (l *Limiter) unshifted(t int64) int64 { return t - l.view.plan.shift }
-
 // admitKnown admits a counted client from this worker's lease, leasing
 // more when it runs short. retry allows one more pass after the view was
 // found stale.
@@ -415,19 +312,19 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 	}
 	current := cs.plan == p.id
 	cs.unflushed += cost
-	l.markDirty(cs)
-	if cs.unusable == p.id && !l.flushDue(cs) {
+	l.view.markDirty(cs)
+	if cs.unusable == p.id && !cs.flushDue() {
 		return l.overLimit(t, cs)
 	}
 	if current && cs.lease >= cost {
 		cs.lease -= cost
 		cs.used = true
-		if l.flushDue(cs) {
+		if cs.flushDue() {
 			l.view.sync(cs, 0, false, t)
 		}
 		return l.admit(t, cs)
 	}
-	if current && cs.exhausted && !l.flushDue(cs) && cs.waitsForPool(t) {
+	if current && cs.exhausted && !cs.flushDue() && cs.waitsForPool(t) {
 		return l.overLimit(t, cs)
 	}
 	switch l.view.sync(cs, cost-max(cs.lease, 0), false, t) {
@@ -440,7 +337,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		return l.overLimit(t, cs)
 	case syncStale, syncPending:
 		before := p.id
-		if err := l.refresh(l.unshifted(t)); err != nil {
+		if err := l.view.refresh(l.view.unshifted(t)); err != nil {
 			return l.failure(t, cost, err)
 		}
 		cs.unflushed -= cost // counted again by the retry
@@ -481,198 +378,20 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 // table has no room for it.
 func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	defer l.view.forgetRead() // find's read serves this request only
-	a, err := l.arrive(t, h, cost)
+	a, err := l.view.arrive(t, h, cost)
 	switch {
 	case err != nil:
 		return l.failure(t, cost, err)
 	case a.kind == arrivedCounted:
-		return l.admitKnown(t, l.track(h, a.bucket, a.created), cost, true)
+		return l.admitKnown(t, l.view.track(h, a.bucket, a.created), cost, true)
 	case a.kind == arrivedRefused:
-		l.refuse(h)
+		l.view.refuse(h)
 		return l.tableFull(t)
 	}
 	if a.mark {
-		l.wait(h, a.proven)
+		l.view.wait(h, a.proven)
 	}
 	return l.pending(t)
-}
-
-// arrival is what became of the request of a client the worker held no
-// state for (arrive).
-type arrival struct {
-	kind    arrivalKind
-	bucket  int    // arrivedCounted: where its entry is
-	created uint64 // arrivedCounted: the entry's created
-	mark    bool   // arrivedWaiting: remember it as told to wait under the view's plan
-	proven  bool   // with mark: its entry records it as proven
-}
-
-type arrivalKind uint8
-
-const (
-	arrivedCounted arrivalKind = iota // counted in the view's plan
-	arrivedWaiting                    // waits for a plan that counts it
-	arrivedRefused                    // the table has no room for it
-)
-
-// arrive handles a client this worker holds no state for: a client other
-// workers registered (found in its bucket), a newcomer waiting for a plan,
-// or a newcomer to register. A newcomer enters the table unproven and is
-// counted by a re-plan its own request makes, if one is allowed now;
-// otherwise it waits, and asking again proves it, so that the next re-plan
-// counts it (see registered). A newcomer this worker refused in the window
-// (table_full) that asks again has proven itself too: it takes table room,
-// but none of the places a flood of one-shot ids fills, so a genuine client
-// is counted by the next re-plan whatever the flood. Its repeats while the
-// table is full, and repeats of a newcomer told to wait once proven, touch
-// no shared state.
-func (l *Limiter) arrive(t int64, h uint64, cost int64) (arrival, error) {
-	r := l.view
-	waiting := arrival{kind: arrivedWaiting}
-	refused := arrival{kind: arrivedRefused}
-	refusedBefore := false
-	if w, ok := r.refused[h]; ok && w == r.plan.window {
-		if int(r.plan.n)+int(r.plan.pending) >= l.cfg.MaxClients {
-			return refused, nil
-		}
-		refusedBefore = true
-	}
-	if !refusedBefore && l.closedTo(t, h) {
-		return refused, nil
-	}
-	if m, ok := r.waiting[h]; ok && m.plan == r.plan.id && m.proven && (r.plan.pending == 0 || !replanAllowed(&r.plan, &l.cfg, t)) {
-		// Proven and told to wait under this plan, and no re-plan can be
-		// due yet (or none is wanted as far as this worker knows: its next
-		// tick catches up).
-		return waiting, nil
-	}
-	if r.plan.id == 0 {
-		// No plan seen yet: read it, or every client looks new.
-		if err := l.refresh(l.unshifted(t)); err != nil {
-			return arrival{}, err
-		}
-	}
-	b, e, found, err := r.find(h)
-	if err == nil && found && !registered(&e, &r.plan) {
-		// Waiting, as far as this worker's view goes: the view may be
-		// behind the plan that counted it.
-		if err := l.refresh(l.unshifted(t)); err != nil {
-			return arrival{}, err
-		}
-	}
-	if errors.Is(err, errCorrupt) {
-		// Its bucket is reset by the next plan; until then repeats wait
-		// here without reading it again.
-		return arrival{kind: arrivedWaiting, mark: true, proven: true}, nil
-	}
-	if err != nil {
-		return arrival{}, err
-	}
-	if found && counted(&e, &r.plan, &l.cfg) {
-		return arrival{kind: arrivedCounted, bucket: b, created: e.created}, nil
-	}
-	who, cand := callerCounted, uint64(0)
-	switch {
-	case found && waitingUnproven(&e) && r.plan.id == 0:
-		// No plan yet: the first plan counts the newcomer that makes it.
-		// (Proving would write a plan id no plan was published under,
-		// which the first plan may not have seen.)
-		who, cand = callerWaiting, h
-	case found && waitingUnproven(&e):
-		// It asked again: proven. The next re-plan counts it.
-		err = r.prove(e, t)
-	case !found && refusedBefore && r.plan.id != 0:
-		// Refused before in this window, and it asked again: proven.
-		k := r.plan.window
-		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t)
-	case found && !registered(&e, &r.plan):
-		// Proven already, waiting for the next re-plan.
-	default: // new, or returning after expiry
-		if step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), callerNew); step == stepTableFull {
-			r.markRead(h)
-			return refused, nil
-		}
-		err = r.insert(h, t, cost)
-		who, cand = callerWaiting, h
-	}
-	switch {
-	case errors.Is(err, errFull):
-		return refused, nil
-	case errors.Is(err, errCorrupt):
-		// The plan made now resets the bucket: the next request may
-		// register again.
-		_, err = l.replan(l.unshifted(t), callerWaiting, 0)
-		return waiting, err
-	case err != nil:
-		return arrival{}, err
-	}
-	// In the table, unproven (this request may promote it) or proven
-	// (counted in the plan's pending): a plan is made now when allowed.
-	// (Before the first plan, any client in the table asks for it.)
-	waiting = arrival{kind: arrivedWaiting, mark: true, proven: who == callerCounted}
-	if r.plan.id == 0 {
-		who = callerWaiting
-	}
-	if step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), who); step == stepPending || step == stepStay {
-		// No re-plan is due as far as the view goes (a tick catches up
-		// when the view is behind).
-		return waiting, nil
-	}
-	if step, err := l.replan(l.unshifted(t), who, cand); err != nil || step == stepStay {
-		return waiting, err
-	}
-	b, e, found, err = r.find(h)
-	if err != nil || !found || !counted(&e, &r.plan, &l.cfg) {
-		return waiting, nil
-	}
-	return arrival{kind: arrivedCounted, bucket: b, created: e.created}, nil
-}
-
-func (l *Limiter) wait(h uint64, proven bool) {
-	if len(l.view.waiting) >= localCacheMax {
-		clear(l.view.waiting)
-	}
-	l.view.waiting[h] = waitMark{plan: l.view.plan.id, proven: proven}
-}
-
-func (l *Limiter) track(h uint64, b int, created uint64) *clientState {
-	cs := &clientState{hash: h, bucket: b, window: l.view.plan.window, created: created}
-	l.view.clients[h] = cs
-	return cs
-}
-
-// refuse remembers newcomer h as refused table_full in the view's window:
-// asking again in it proves the newcomer (see arrive).
-func (l *Limiter) refuse(h uint64) {
-	if len(l.view.refused) >= localCacheMax {
-		clear(l.view.refused)
-	}
-	l.view.refused[h] = l.view.plan.window
-}
-
-// closedTo reports whether newcomer h can only be refused as table_full,
-// from the mark of its home bucket alone: the mark holds under the view's
-// plan (markOf), the bucket did not hold h, no client waits for a re-plan (a
-// proof would have taken a place in some bucket, and moved pending), and
-// either the table is full or the bucket's places for newcomers are taken.
-// The slow path gives the same answer from a read of the bucket, except to
-// a client proven by another worker since this worker's view was read,
-// which waits at most for this worker's next tick.
-func (l *Limiter) closedTo(t int64, h uint64) bool {
-	r := l.view
-	if r.plan.pending != 0 {
-		return false
-	}
-	m := r.markOf(h)
-	if m == nil || m.mayHold(h) {
-		return false
-	}
-	step, _ := transition(&r.plan, &l.cfg, t, r.behind(t), callerNew)
-	return step == stepTableFull || (m.waitingFull && step != stepRoll)
-}
-
-func (l *Limiter) flushDue(cs *clientState) bool {
-	return cs.unflushed > 0 && cs.unflushed >= max(1, cs.flushed/flushDivisor)
 }
 
 // Decisions.

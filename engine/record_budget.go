@@ -115,7 +115,7 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-func (g *view) give(n int64) { _, _, _ = g.adjust(-n, borrowGate{}) }
+func (r *view) give(n int64) { _, _, _ = r.adjust(-n, borrowGate{}) }
 
 // adjust moves the budget's granted by delta (positive: a take, limited to
 // what is left of the capacity in force, and by gate). It is the one
@@ -124,8 +124,7 @@ func (g *view) give(n int64) { _, _, _ = g.adjust(-n, borrowGate{}) }
 // in each attempt: a give-back takes its units out of the budget before it
 // lowers what is held, so an attempt that read the higher holding fails
 // its CAS. clipped: the gate cut the take, not the budget.
-func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
-	r := g
+func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
 	p := &r.plan
 	err = r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
 		raw, missing := st.raw, st.missing
@@ -139,7 +138,7 @@ func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 			}
 		}
 		changed := missing
-		start, end := planWindow(p, g.cfg)
+		start, end := planWindow(p, r.cfg)
 		switch {
 		case v.roll > p.roll:
 			return nil, errStale
@@ -152,17 +151,17 @@ func (g *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 			if delta < 0 {
 				return nil, nil // a return to a window that is over
 			}
-			v, changed = budget{window: p.window, roll: p.roll, capacity: g.cfg.Capacity, end: end}, true
+			v, changed = budget{window: p.window, roll: p.roll, capacity: r.cfg.Capacity, end: end}, true
 		}
-		if g.cfg.Capacity < v.capacity {
+		if r.cfg.Capacity < v.capacity {
 			// A smaller capacity takes effect at once for the rest of the
 			// window; a larger one only from the next window.
-			v.capacity, changed = g.cfg.Capacity, true
+			v.capacity, changed = r.cfg.Capacity, true
 		}
 		if delta > 0 {
 			left := v.capacity // the capacity in force
-			if g.holding != nil {
-				left = min(left, g.holding.heldIn(g.store, p.window))
+			if r.holding != nil {
+				left = min(left, r.holding.heldIn(r.store, p.window))
 			}
 			allowed := min(delta, max(0, left-v.granted))
 			moved = gate.room(allowed, v.granted, left)

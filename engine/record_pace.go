@@ -29,13 +29,12 @@ func decodePace(b []byte) (int64, error) {
 // when the next one fits, for the client's Retry-After. An unreadable
 // pace key is rewritten from now: pacing is a smoothing bound, and the
 // window budget still holds.
-func (g *view) paced(got, t int64) (int64, held) {
-	if !g.cfg.Pace || got <= 0 {
+func (r *view) paced(got, t int64) (int64, held) {
+	if !r.cfg.Pace || got <= 0 {
 		return got, held{}
 	}
-	r := g
 	key := r.paceKey
-	interval, tolerance := paceParams(g.cfg)
+	interval, tolerance := paceParams(r.cfg)
 	var m, next int64
 	err := r.update(key, "pace", nil, func(st stored) ([]byte, error) {
 		raw, missing := st.raw, st.missing
@@ -45,7 +44,7 @@ func (g *view) paced(got, t int64) (int64, held) {
 			if tat, err = decodePace(raw); err != nil {
 				r.obs.ValueReset(key, err)
 				tat = 0
-			} else if tat-t > int64(g.cfg.Cycle)+tolerance {
+			} else if tat-t > int64(r.cfg.Cycle)+tolerance {
 				// No unit is paced more than a cycle past its tolerance: this
 				// pace was set by a clock that read far ahead. Kept, it would
 				// admit nothing until the clock got there.

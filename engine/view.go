@@ -5,13 +5,15 @@ import (
 	"time"
 )
 
-// view is one worker's view of a limit's shared state: the plan it last
+// view is one worker's part of a limit's shared state. It keeps the plan
+// current (current, refresh, replan), grants a counted client's units
+// only through leases (sync), and finds or registers a client the worker
+// holds no state for (arrive). Between calls it holds the plan it last
 // read, the clients it holds leases for, and its local caches (newcomers
-// refused or told to wait, bucket marks, peers). It reads the plan (small,
-// fixed size) to notice changes, reads one bucket to find or register one
-// client, and reads every bucket only to compute a plan; it grants units
-// only through sync. The Limiter orchestrates; the view holds
-// what a worker knows between calls.
+// refused or told to wait, bucket marks). It reads the plan (small, fixed
+// size) to notice changes, one bucket to find or register one client, and
+// every bucket only to compute a plan. The Limiter reads the clock, calls
+// the view, and turns what it did into decisions.
 type view struct {
 	cfg   *Config
 	pol   compactPolicy
@@ -34,6 +36,7 @@ type view struct {
 	planBad bool   // the value at planCAS is unreadable: only a roller may replace it
 
 	clients map[uint64]*clientState // counted clients this worker has seen
+	dirty   []*clientState          // clients with a lease or unwritten demand: the tick's work
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
 	refused map[uint64]int64        // newcomers told "table_full" -> window then
 
@@ -127,6 +130,10 @@ func (r *view) useTable(nb int) {
 
 // home is a client's first bucket.
 func (r *view) home(h uint64) int { return int((h ^ h>>29 ^ h>>47) & uint64(r.nb-1)) }
+
+// The plan: the view reads it, adopts it, and makes the next one. current
+// and refresh keep the view at the clock's window; replan computes and
+// publishes a plan.
 
 // read reads the plan key into the view. It reports corrupt when the value
 // cannot be trusted; the view is then left as it was, with planCAS set to
@@ -239,172 +246,6 @@ func (r *view) adopt(p plan, cas uint32) {
 	r.useTable(int(p.buckets))
 }
 
-// find looks a client up: its bucket and entry, if it has one.
-func (r *view) find(h uint64) (b int, e entry, found bool, err error) {
-	b = r.home(h)
-	for probe := 0; probe <= maxProbe; probe++ {
-		raw, cas, err := r.store.Get(r.key(b))
-		missing := errors.Is(err, ErrNotFound)
-		if err != nil && !missing {
-			r.obs.StoreFailure("get bucket", err)
-			return 0, entry{}, false, err
-		}
-		r.lastRead = bucketRead{bucket: b, raw: raw, cas: cas, missing: missing, valid: true}
-		if missing {
-			return 0, entry{}, false, nil
-		}
-		e, found, overflow, err := lookupBucket(raw, h)
-		if err != nil {
-			r.obs.ValueReset(r.key(b), err)
-			return 0, entry{}, false, err
-		}
-		if found {
-			return b, e, true, nil
-		}
-		if !overflow {
-			return 0, entry{}, false, nil
-		}
-		b = (b + 1) & (r.nb - 1)
-	}
-	return 0, entry{}, false, nil
-}
-
-// bucketRead is the last bucket find read, kept for one use by the place
-// that follows it (as update's first read): a newcomer's lookup and
-// registration then cost one read of its bucket, not two. A stale one costs
-// only a failed CAS and a re-read.
-type bucketRead struct {
-	bucket  int
-	raw     []byte
-	cas     uint32
-	missing bool
-	valid   bool
-}
-
-// forgetRead drops find's read, so that no later request acts on it.
-func (r *view) forgetRead() { r.lastRead = bucketRead{} }
-
-// insert puts a client in the table, waiting for a plan, at O(1) cost. A
-// newcomer enters unproven (tries 1, the units it asked for in prev): it
-// writes its bucket only, so a flood of one-shot ids never touches the
-// plan key, and it holds no table room (see prove). A declared client
-// (cost 0) enters as if proven: it is counted in the plan's pending (so
-// that the table bound holds and a re-plan is wanted), then written.
-func (r *view) insert(h uint64, t, cost int64) error {
-	tries := int64(0)
-	if cost > 0 {
-		tries = 1
-	}
-	if r.plan.id != 0 && tries == 0 {
-		if err := r.countPending(); err != nil {
-			return err
-		}
-	}
-	k := windowIndex(t, r.cfg)
-	if r.plan.id != 0 {
-		k = r.plan.window // a late clock read still arrives in the plan's window
-	}
-	fresh := entry{hash: h, created: r.plan.id, since: t, window: k, active: k, tries: tries, prev: float64(cost)}
-	return r.put(fresh)
-}
-
-// prove records a waiting newcomer's second attempt: it takes table room
-// (refused when the table is full) and is counted by the next plan, like
-// a declared client. An entry whose window is over starts afresh in the
-// plan's window.
-func (r *view) prove(e entry, t int64) error {
-	if err := r.countPending(); err != nil {
-		return err
-	}
-	if e.window < r.plan.window {
-		e.since, e.window, e.active, e.demand = t, r.plan.window, r.plan.window, 0
-	}
-	e.created, e.tries = r.plan.id, min(e.tries+1, maxTries)
-	return r.put(e)
-}
-
-// put writes e at its home bucket or one of the next ones. errFull: every
-// place on its probe path is taken (by counted clients, or by unproven
-// newcomers of the running window). An unproven newcomer probes on only
-// where counted clients already spilled: a flood of one-shot ids fills
-// home buckets, costs O(1) store work per id, and never makes a counted
-// client's lookups longer.
-func (r *view) put(e entry) error {
-	b := r.home(e.hash)
-	for probe := 0; probe <= maxProbe; probe++ {
-		placed, overflow, err := r.place(b, e)
-		if err != nil || placed {
-			return err
-		}
-		if !overflow {
-			return errFull
-		}
-		b = (b + 1) & (r.nb - 1)
-	}
-	return errFull
-}
-
-// place writes e into bucket b if there is room (a free place, or the
-// client's own expired entry, or anyone's expired entry). It reports
-// overflow when b is full, after marking it so lookups probe on.
-func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
-	var read *bucketRead
-	if last := r.lastRead; last.valid && last.bucket == b {
-		read = &last // find's read of this bucket serves the first attempt
-		r.forgetRead()
-	}
-	err = r.updateBucket(b, read, func(bkt *bucketVal, _ bool) (bool, error) {
-		placed, overflow = false, false
-		at, own := -1, false
-		for i := range bkt.entries {
-			x := &bkt.entries[i]
-			if x.hash == e.hash {
-				if !free(x, &r.plan, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
-					placed = true // there already, counted or waiting
-					return false, nil
-				}
-				at, own = i, true // its own entry: a returning client, or a newcomer proven
-				break
-			}
-			if at < 0 && free(x, &r.plan, r.cfg) {
-				at = i
-			}
-		}
-		switch {
-		case !own && waitingUnproven(&e) && waitingIn(bkt, &r.plan, r.cfg) >= maxWaitingPerBucket:
-			// A flood of one-shot ids fills no bucket past this: its refusals
-			// cost a read of a small bucket and no write, and once the bucket
-			// is marked, nothing (bucketMark).
-			r.mark(b, bkt)
-			return false, nil
-		case at >= 0:
-			bkt.entries[at] = e
-			placed = true
-		case len(bkt.entries) < bucketSlots:
-			bkt.entries = append(bkt.entries, e)
-			placed = true
-		case bkt.overflow:
-			overflow = true
-			return false, nil
-		case waitingUnproven(&e):
-			return false, nil // unproven newcomers never spill into other buckets
-		default:
-			bkt.overflow, overflow = true, true // mark only: probe on
-		}
-		return true, nil
-	})
-	if err != nil {
-		return false, false, err
-	}
-	return placed, overflow, nil
-}
-
-// free reports whether x's place may be reused: an idle client's, or an
-// unproven newcomer's whose window is over.
-func free(x *entry, p *plan, cfg *Config) bool {
-	return (registered(x, p) && expired(x, p, cfg)) || reclaimable(x, p)
-}
-
 // replan computes and publishes the next plan when transition (on a fresh
 // read of the plan) still asks for one; another worker may have done it.
 // Reading every bucket is the O(clients) part, at most once per MinCycle or
@@ -416,6 +257,11 @@ func free(x *entry, p *plan, cfg *Config) bool {
 // asks for the plan (0: none): a re-plan, or the first plan, counts it
 // even unproven (promoted), the only unproven newcomer it counts.
 func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
+	if t := real + r.plan.shift; r.plan.id != 0 {
+		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.planBad {
+			r.flush(t) // this worker's demand counts in the plan of a new window
+		}
+	}
 	var (
 		taken           stepKind
 		cur, next       plan
@@ -661,6 +507,47 @@ func (r *view) resetCorrupt(buckets []corruptKey, budgetCAS uint32, budgetCorrup
 	}
 }
 
+// refresh reads the plan; an unreadable one is replaced at once by a plan
+// for the clock's window (see view.replan). real is the clock's reading
+// (unshifted).
+//
+// The plan it reads may be a window the clock has already left (nobody has
+// rolled yet): it then plans the clock's window before anyone decides under
+// the plan read, as current does.
+func (r *view) refresh(real int64) error {
+	corrupt, err := r.read()
+	if err != nil {
+		return err
+	}
+	if corrupt {
+		if _, err := r.replan(real, callerCounted, 0); err != nil {
+			return err
+		}
+	}
+	return r.current(real)
+}
+
+// current makes sure the view is the plan for the clock reading real,
+// planning a new window when the running one is over. It reads the store
+// only when the cached plan says a step is due.
+func (r *view) current(real int64) error {
+	if r.plan.born < r.born {
+		if err := r.claim(); err != nil {
+			return err
+		}
+	}
+	t := real + r.plan.shift
+	step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerCounted)
+	if step == stepStay {
+		return nil
+	}
+	_, err := r.replan(real, callerCounted, 0)
+	return err
+}
+
+// unshifted is the clock reading behind the shifted time t.
+func (r *view) unshifted(t int64) int64 { return t - r.plan.shift }
+
 // Leases: the view grants units only here (sync, with the budget's adjust
 // and pacing's paced). They keep the two invariants of the engine:
 //
@@ -727,14 +614,13 @@ const (
 // demand, optionally returns its unused lease, and optionally leases at
 // least need more units (taking them from the window budget first). t is
 // the shifted time of the call, for the borrow gate and pacing.
-func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
-	r := g
+func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
 	p := &r.plan
 	var inHand int64 // budget units taken and not yet in the entry
 	var h held
 	defer func() {
 		if inHand > 0 {
-			g.give(inHand)
+			r.give(inHand)
 		}
 	}()
 	var e entry
@@ -763,10 +649,10 @@ func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			res = syncStale
 		case !registered(&e, p):
 			res = syncPending
-		case expired(&e, p, g.cfg):
+		case expired(&e, p, r.cfg):
 			res = syncGone
 		case e.plan < p.id:
-			rebase(&e, p, r.pol, g.cfg)
+			rebase(&e, p, r.pol, r.cfg)
 		}
 		if res != syncOK {
 			return false, nil
@@ -781,7 +667,7 @@ func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		if e.demand > 0 {
 			e.active = max(e.active, e.window)
 		}
-		if e.tries == 1 && askedAgain(&e, g.cfg) {
+		if e.tries == 1 && askedAgain(&e, r.cfg) {
 			e.tries = 2
 		}
 		ret, take, budgetShort = 0, 0, false
@@ -790,11 +676,11 @@ func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			e.granted -= ret
 		}
 		if need > 0 {
-			want, paceAt := leaseWant(g.pol, g.cfg, p, &e, need, cs.flushed+cs.unflushed, t)
+			want, paceAt := leaseWant(r.pol, r.cfg, p, &e, need, cs.flushed+cs.unflushed, t)
 			h.paceAt = max(h.paceAt, paceAt)
 			if want > inHand {
-				gate := gateFor(r.pol, p, g.cfg, e.hash, e.granted+inHand, t)
-				got, took, err := g.take(want-inHand, t, gate)
+				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, t)
+				got, took, err := r.take(want-inHand, t, gate)
 				h.clipped = h.clipped || took.clipped
 				h.paceAt = max(h.paceAt, took.paceAt)
 				switch {
@@ -828,7 +714,7 @@ func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	}
 	inHand -= take
 	if ret > 0 {
-		g.give(ret)
+		r.give(ret)
 	}
 	cs.flushed += cs.unflushed
 	cs.unflushed = 0
@@ -838,7 +724,7 @@ func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
-	cs.accrues = nextAccrual(g.cfg, t, h.paceAt, budgetShort && h.clipped)
+	cs.accrues = nextAccrual(r.cfg, t, h.paceAt, budgetShort && h.clipped)
 	return syncOK
 }
 
@@ -849,17 +735,417 @@ func (g *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 // only the next roller may reset it. gate is the borrow gate of the lease
 // being sized; what held the take back is reported for the client's
 // Retry-After.
-func (g *view) take(n, t int64, gate borrowGate) (int64, held, error) {
-	got, clipped, err := g.adjust(n, gate)
+func (r *view) take(n, t int64, gate borrowGate) (int64, held, error) {
+	got, clipped, err := r.adjust(n, gate)
 	if err != nil {
 		return 0, held{}, err
 	}
-	m, h := g.paced(got, t)
+	m, h := r.paced(got, t)
 	if m < got {
-		g.give(got - m)
+		r.give(got - m)
 	}
 	h.clipped = h.clipped || clipped
 	return m, h, nil
+}
+
+// waitsForPool reports whether a client exhausted by the borrow gate must
+// still wait at t: before its next accrual, asking the store again cannot
+// help.
+func (cs *clientState) waitsForPool(t int64) bool { return cs.accrues == 0 || t < cs.accrues }
+
+// tick is TickAt's work at the clock reading real: it reads the plan,
+// writes demand back and returns unused leases (tickClients), and plans
+// when a plan is due.
+func (r *view) tick(real int64) {
+	if err := r.refresh(real); err != nil {
+		return
+	}
+	t := real + r.plan.shift
+	r.tickClients(t)
+	if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerCounted); step != stepStay {
+		_, _ = r.replan(real, callerCounted, 0)
+	}
+}
+
+// tickClients flushes demand and returns leases unused since the last tick.
+func (r *view) tickClients(t int64) {
+	keep := r.dirty[:0]
+	for _, cs := range r.dirty {
+		if cs.window == r.plan.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
+			r.sync(cs, 0, !cs.used, t)
+		}
+		cs.used = false
+		if cs.window == r.plan.window && (cs.lease > 0 || cs.unflushed > 0) {
+			keep = append(keep, cs)
+		} else {
+			cs.dirty = false
+		}
+	}
+	clear(r.dirty[len(keep):])
+	r.dirty = keep
+}
+
+// flush writes back this worker's demand before it plans a new window, so
+// that the plan counts it.
+func (r *view) flush(t int64) {
+	for _, cs := range r.dirty {
+		if cs.unflushed > 0 && cs.window == r.plan.window && cs.plan != 0 {
+			r.sync(cs, 0, false, t)
+		}
+	}
+}
+
+func (r *view) markDirty(cs *clientState) {
+	if !cs.dirty {
+		cs.dirty = true
+		r.dirty = append(r.dirty, cs)
+	}
+}
+
+func (cs *clientState) flushDue() bool {
+	return cs.unflushed > 0 && cs.unflushed >= max(1, cs.flushed/flushDivisor)
+}
+
+// Clients the worker holds no state for: arrive finds or registers them.
+// A newcomer is unproven until it asks again (see registered); bucket
+// marks refuse a flood of never-seen ids without reading.
+
+// arrival is what became of the request of a client the worker held no
+// state for (arrive).
+type arrival struct {
+	kind    arrivalKind
+	bucket  int    // arrivedCounted: where its entry is
+	created uint64 // arrivedCounted: the entry's created
+	mark    bool   // arrivedWaiting: remember it as told to wait under the view's plan
+	proven  bool   // with mark: its entry records it as proven
+}
+
+type arrivalKind uint8
+
+const (
+	arrivedCounted arrivalKind = iota // counted in the view's plan
+	arrivedWaiting                    // waits for a plan that counts it
+	arrivedRefused                    // the table has no room for it
+)
+
+// arrive handles a client this worker holds no state for: a client other
+// workers registered (found in its bucket), a newcomer waiting for a plan,
+// or a newcomer to register. A newcomer enters the table unproven and is
+// counted by a re-plan its own request makes, if one is allowed now;
+// otherwise it waits, and asking again proves it, so that the next re-plan
+// counts it (see registered). A newcomer this worker refused in the window
+// (table_full) that asks again has proven itself too: it takes table room,
+// but none of the places a flood of one-shot ids fills, so a genuine client
+// is counted by the next re-plan whatever the flood. Its repeats while the
+// table is full, and repeats of a newcomer told to wait once proven, touch
+// no shared state.
+func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
+	waiting := arrival{kind: arrivedWaiting}
+	refused := arrival{kind: arrivedRefused}
+	refusedBefore := false
+	if w, ok := r.refused[h]; ok && w == r.plan.window {
+		if int(r.plan.n)+int(r.plan.pending) >= r.cfg.MaxClients {
+			return refused, nil
+		}
+		refusedBefore = true
+	}
+	if !refusedBefore && r.closedTo(t, h) {
+		return refused, nil
+	}
+	if m, ok := r.waiting[h]; ok && m.plan == r.plan.id && m.proven && (r.plan.pending == 0 || !replanAllowed(&r.plan, r.cfg, t)) {
+		// Proven and told to wait under this plan, and no re-plan can be
+		// due yet (or none is wanted as far as this worker knows: its next
+		// tick catches up).
+		return waiting, nil
+	}
+	if r.plan.id == 0 {
+		// No plan seen yet: read it, or every client looks new.
+		if err := r.refresh(r.unshifted(t)); err != nil {
+			return arrival{}, err
+		}
+	}
+	b, e, found, err := r.find(h)
+	if err == nil && found && !registered(&e, &r.plan) {
+		// Waiting, as far as this worker's view goes: the view may be
+		// behind the plan that counted it.
+		if err := r.refresh(r.unshifted(t)); err != nil {
+			return arrival{}, err
+		}
+	}
+	if errors.Is(err, errCorrupt) {
+		// Its bucket is reset by the next plan; until then repeats wait
+		// here without reading it again.
+		return arrival{kind: arrivedWaiting, mark: true, proven: true}, nil
+	}
+	if err != nil {
+		return arrival{}, err
+	}
+	if found && counted(&e, &r.plan, r.cfg) {
+		return arrival{kind: arrivedCounted, bucket: b, created: e.created}, nil
+	}
+	who, cand := callerCounted, uint64(0)
+	switch {
+	case found && waitingUnproven(&e) && r.plan.id == 0:
+		// No plan yet: the first plan counts the newcomer that makes it.
+		// (Proving would write a plan id no plan was published under,
+		// which the first plan may not have seen.)
+		who, cand = callerWaiting, h
+	case found && waitingUnproven(&e):
+		// It asked again: proven. The next re-plan counts it.
+		err = r.prove(e, t)
+	case !found && refusedBefore && r.plan.id != 0:
+		// Refused before in this window, and it asked again: proven.
+		k := r.plan.window
+		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t)
+	case found && !registered(&e, &r.plan):
+		// Proven already, waiting for the next re-plan.
+	default: // new, or returning after expiry
+		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerNew); step == stepTableFull {
+			r.markRead(h)
+			return refused, nil
+		}
+		err = r.insert(h, t, cost)
+		who, cand = callerWaiting, h
+	}
+	switch {
+	case errors.Is(err, errFull):
+		return refused, nil
+	case errors.Is(err, errCorrupt):
+		// The plan made now resets the bucket: the next request may
+		// register again.
+		_, err = r.replan(r.unshifted(t), callerWaiting, 0)
+		return waiting, err
+	case err != nil:
+		return arrival{}, err
+	}
+	// In the table, unproven (this request may promote it) or proven
+	// (counted in the plan's pending): a plan is made now when allowed.
+	// (Before the first plan, any client in the table asks for it.)
+	waiting = arrival{kind: arrivedWaiting, mark: true, proven: who == callerCounted}
+	if r.plan.id == 0 {
+		who = callerWaiting
+	}
+	if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), who); step == stepPending || step == stepStay {
+		// No re-plan is due as far as the view goes (a tick catches up
+		// when the view is behind).
+		return waiting, nil
+	}
+	if step, err := r.replan(r.unshifted(t), who, cand); err != nil || step == stepStay {
+		return waiting, err
+	}
+	b, e, found, err = r.find(h)
+	if err != nil || !found || !counted(&e, &r.plan, r.cfg) {
+		return waiting, nil
+	}
+	return arrival{kind: arrivedCounted, bucket: b, created: e.created}, nil
+}
+
+func (r *view) wait(h uint64, proven bool) {
+	if len(r.waiting) >= localCacheMax {
+		clear(r.waiting)
+	}
+	r.waiting[h] = waitMark{plan: r.plan.id, proven: proven}
+}
+
+func (r *view) track(h uint64, b int, created uint64) *clientState {
+	cs := &clientState{hash: h, bucket: b, window: r.plan.window, created: created}
+	r.clients[h] = cs
+	return cs
+}
+
+// refuse remembers newcomer h as refused table_full in the view's window:
+// asking again in it proves the newcomer (see arrive).
+func (r *view) refuse(h uint64) {
+	if len(r.refused) >= localCacheMax {
+		clear(r.refused)
+	}
+	r.refused[h] = r.plan.window
+}
+
+// closedTo reports whether newcomer h can only be refused as table_full,
+// from the mark of its home bucket alone: the mark holds under the view's
+// plan (markOf), the bucket did not hold h, no client waits for a re-plan (a
+// proof would have taken a place in some bucket, and moved pending), and
+// either the table is full or the bucket's places for newcomers are taken.
+// The slow path gives the same answer from a read of the bucket, except to
+// a client proven by another worker since this worker's view was read,
+// which waits at most for this worker's next tick.
+func (r *view) closedTo(t int64, h uint64) bool {
+	if r.plan.pending != 0 {
+		return false
+	}
+	m := r.markOf(h)
+	if m == nil || m.mayHold(h) {
+		return false
+	}
+	step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerNew)
+	return step == stepTableFull || (m.waitingFull && step != stepRoll)
+}
+
+// find looks a client up: its bucket and entry, if it has one.
+func (r *view) find(h uint64) (b int, e entry, found bool, err error) {
+	b = r.home(h)
+	for probe := 0; probe <= maxProbe; probe++ {
+		raw, cas, err := r.store.Get(r.key(b))
+		missing := errors.Is(err, ErrNotFound)
+		if err != nil && !missing {
+			r.obs.StoreFailure("get bucket", err)
+			return 0, entry{}, false, err
+		}
+		r.lastRead = bucketRead{bucket: b, raw: raw, cas: cas, missing: missing, valid: true}
+		if missing {
+			return 0, entry{}, false, nil
+		}
+		e, found, overflow, err := lookupBucket(raw, h)
+		if err != nil {
+			r.obs.ValueReset(r.key(b), err)
+			return 0, entry{}, false, err
+		}
+		if found {
+			return b, e, true, nil
+		}
+		if !overflow {
+			return 0, entry{}, false, nil
+		}
+		b = (b + 1) & (r.nb - 1)
+	}
+	return 0, entry{}, false, nil
+}
+
+// bucketRead is the last bucket find read, kept for one use by the place
+// that follows it (as update's first read): a newcomer's lookup and
+// registration then cost one read of its bucket, not two. A stale one costs
+// only a failed CAS and a re-read.
+type bucketRead struct {
+	bucket  int
+	raw     []byte
+	cas     uint32
+	missing bool
+	valid   bool
+}
+
+// forgetRead drops find's read, so that no later request acts on it.
+func (r *view) forgetRead() { r.lastRead = bucketRead{} }
+
+// insert puts a client in the table, waiting for a plan, at O(1) cost. A
+// newcomer enters unproven (tries 1, the units it asked for in prev): it
+// writes its bucket only, so a flood of one-shot ids never touches the
+// plan key, and it holds no table room (see prove). A declared client
+// (cost 0) enters as if proven: it is counted in the plan's pending (so
+// that the table bound holds and a re-plan is wanted), then written.
+func (r *view) insert(h uint64, t, cost int64) error {
+	tries := int64(0)
+	if cost > 0 {
+		tries = 1
+	}
+	if r.plan.id != 0 && tries == 0 {
+		if err := r.countPending(); err != nil {
+			return err
+		}
+	}
+	k := windowIndex(t, r.cfg)
+	if r.plan.id != 0 {
+		k = r.plan.window // a late clock read still arrives in the plan's window
+	}
+	fresh := entry{hash: h, created: r.plan.id, since: t, window: k, active: k, tries: tries, prev: float64(cost)}
+	return r.put(fresh)
+}
+
+// prove records a waiting newcomer's second attempt: it takes table room
+// (refused when the table is full) and is counted by the next plan, like
+// a declared client. An entry whose window is over starts afresh in the
+// plan's window.
+func (r *view) prove(e entry, t int64) error {
+	if err := r.countPending(); err != nil {
+		return err
+	}
+	if e.window < r.plan.window {
+		e.since, e.window, e.active, e.demand = t, r.plan.window, r.plan.window, 0
+	}
+	e.created, e.tries = r.plan.id, min(e.tries+1, maxTries)
+	return r.put(e)
+}
+
+// put writes e at its home bucket or one of the next ones. errFull: every
+// place on its probe path is taken (by counted clients, or by unproven
+// newcomers of the running window). An unproven newcomer probes on only
+// where counted clients already spilled: a flood of one-shot ids fills
+// home buckets, costs O(1) store work per id, and never makes a counted
+// client's lookups longer.
+func (r *view) put(e entry) error {
+	b := r.home(e.hash)
+	for probe := 0; probe <= maxProbe; probe++ {
+		placed, overflow, err := r.place(b, e)
+		if err != nil || placed {
+			return err
+		}
+		if !overflow {
+			return errFull
+		}
+		b = (b + 1) & (r.nb - 1)
+	}
+	return errFull
+}
+
+// place writes e into bucket b if there is room (a free place, or the
+// client's own expired entry, or anyone's expired entry). It reports
+// overflow when b is full, after marking it so lookups probe on.
+func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
+	var read *bucketRead
+	if last := r.lastRead; last.valid && last.bucket == b {
+		read = &last // find's read of this bucket serves the first attempt
+		r.forgetRead()
+	}
+	err = r.updateBucket(b, read, func(bkt *bucketVal, _ bool) (bool, error) {
+		placed, overflow = false, false
+		at, own := -1, false
+		for i := range bkt.entries {
+			x := &bkt.entries[i]
+			if x.hash == e.hash {
+				if !free(x, &r.plan, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
+					placed = true // there already, counted or waiting
+					return false, nil
+				}
+				at, own = i, true // its own entry: a returning client, or a newcomer proven
+				break
+			}
+			if at < 0 && free(x, &r.plan, r.cfg) {
+				at = i
+			}
+		}
+		switch {
+		case !own && waitingUnproven(&e) && waitingIn(bkt, &r.plan, r.cfg) >= maxWaitingPerBucket:
+			// A flood of one-shot ids fills no bucket past this: its refusals
+			// cost a read of a small bucket and no write, and once the bucket
+			// is marked, nothing (bucketMark).
+			r.mark(b, bkt)
+			return false, nil
+		case at >= 0:
+			bkt.entries[at] = e
+			placed = true
+		case len(bkt.entries) < bucketSlots:
+			bkt.entries = append(bkt.entries, e)
+			placed = true
+		case bkt.overflow:
+			overflow = true
+			return false, nil
+		case waitingUnproven(&e):
+			return false, nil // unproven newcomers never spill into other buckets
+		default:
+			bkt.overflow, overflow = true, true // mark only: probe on
+		}
+		return true, nil
+	})
+	if err != nil {
+		return false, false, err
+	}
+	return placed, overflow, nil
+}
+
+// free reports whether x's place may be reused: an idle client's, or an
+// unproven newcomer's whose window is over.
+func free(x *entry, p *plan, cfg *Config) bool {
+	return (registered(x, p) && expired(x, p, cfg)) || reclaimable(x, p)
 }
 
 // bucketMark is what a worker remembers of a client bucket in which it
@@ -978,7 +1264,8 @@ func waitingIn(bkt *bucketVal, p *plan, cfg *Config) int {
 	return n
 }
 
-// waitsForPool reports whether a client exhausted by the borrow gate must
-// still wait at t: before its next accrual, asking the store again cannot
-// help.
-func (cs *clientState) waitsForPool(t int64) bool { return cs.accrues == 0 || t < cs.accrues }
+// flushDivisor: a worker writes its counted demand back once it has counted
+// 1/flushDivisor of what it already wrote (at least 1 unit), so demand is
+// exact for light clients and within about 1/16 for heavy ones, with a
+// logarithmic number of writes.
+const flushDivisor = 16
