@@ -49,7 +49,7 @@ func casUpdate(store Store, obs Observer, retries int, key, op string, read *buc
 		} else {
 			raw, cas, err = store.Get(key)
 		}
-		missing := errors.Is(err, ErrNotFound)
+		missing := err != nil && errors.Is(err, ErrNotFound)
 		if err != nil && !missing {
 			obs.StoreFailure("get "+op, err)
 			return err
@@ -62,6 +62,8 @@ func casUpdate(store Store, obs Observer, retries int, key, op string, read *buc
 			return err
 		}
 		switch err := store.Set(key, out, cas); {
+		case err == nil:
+			return nil
 		case errors.Is(err, ErrCASMismatch):
 			obs.CASRetry()
 			continue
@@ -69,7 +71,6 @@ func casUpdate(store Store, obs Observer, retries int, key, op string, read *buc
 			obs.StoreFailure("set "+op, err)
 			return err
 		}
-		return nil
 	}
 	obs.StoreFailure(op, ErrRetriesExhausted)
 	return ErrRetriesExhausted
@@ -100,22 +101,38 @@ func unseal(raw []byte) ([]byte, error) {
 	return raw[:n], nil
 }
 
-// checksum mixes b a word at a time. Each step is a bijection of the state
-// for a fixed word, and of the word for a fixed state, so any change
-// confined to one word (a flipped bit, in particular) changes the result.
-// It costs about a nanosecond per word: a bucket of 48 entries is checked
-// in well under a microsecond.
+// checksum mixes b a word at a time, in four lanes that run side by side
+// (word i goes to lane i mod 4), then the tail bytes into the first, and
+// finally the other lanes into the first as three more words. Every step
+// is a bijection of the state for a fixed word, and of the word for a
+// fixed state, so a change confined to one word (a flipped bit, in
+// particular) changes its lane's state, and through the final steps the
+// result. The lanes keep the multiplies independent: about 70 ns a
+// kilobyte, a few nanoseconds for a small record.
 func checksum(b []byte) uint64 {
-	h := uint64(len(b)) ^ 0x9e3779b97f4a7c15
+	seed := uint64(len(b)) ^ 0x9e3779b97f4a7c15
+	h0, h1, h2, h3 := seed, seed+1, seed+2, seed+3
+	le := binary.LittleEndian
+	for ; len(b) >= 32; b = b[32:] {
+		h0 = mixWord(h0, le.Uint64(b))
+		h1 = mixWord(h1, le.Uint64(b[8:]))
+		h2 = mixWord(h2, le.Uint64(b[16:]))
+		h3 = mixWord(h3, le.Uint64(b[24:]))
+	}
 	for ; len(b) >= 8; b = b[8:] {
-		h = (h ^ binary.LittleEndian.Uint64(b)) * 0xbf58476d1ce4e5b9
-		h ^= h >> 31
+		h0 = mixWord(h0, le.Uint64(b))
 	}
 	for _, c := range b {
-		h = (h ^ uint64(c)) * 0x94d049bb133111eb
-		h ^= h >> 29
+		h0 = mixWord(h0, uint64(c)|0x100) // (a byte is not a word: no tail collides with one)
 	}
-	return h
+	return mixWord(mixWord(mixWord(h0, h1), h2), h3)
+}
+
+// mixWord is checksum's step: a bijection of h for a fixed w, and of w for a
+// fixed h.
+func mixWord(h, w uint64) uint64 {
+	h = (h ^ w) * 0xbf58476d1ce4e5b9
+	return h ^ h>>31
 }
 
 // Shared values are compact, versioned, fixed-layout little-endian records:

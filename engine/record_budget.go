@@ -177,12 +177,12 @@ func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 		return r.buf, nil
 	})
 	switch {
+	case err == nil:
+		return max(moved, 0), clipped, nil
 	case errors.Is(err, errStale), errors.Is(err, ErrRetriesExhausted):
 		return 0, false, err
-	case err != nil:
-		return 0, false, nil // a store error grants nothing
 	}
-	return max(moved, 0), clipped, nil
+	return 0, false, nil // a store error grants nothing
 }
 
 // grantedIn is what the window budget has granted in window k (0 when it

@@ -703,14 +703,15 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		return true, nil
 	})
 	switch {
+	case err == nil && res != syncOK:
+		return res
+	case err == nil:
 	case errors.Is(err, errCorrupt):
 		return syncCorrupt
 	case errors.Is(err, ErrRetriesExhausted):
 		return syncBusy
-	case err != nil:
+	default:
 		return syncFailed
-	case res != syncOK:
-		return res
 	}
 	inHand -= take
 	if ret > 0 {
