@@ -125,10 +125,3 @@ func (c Config) Validate() error {
 	}
 	return c.validateFleet()
 }
-
-func (c Config) policy() Policy {
-	if c.Policy != nil {
-		return c.Policy
-	}
-	return Seed{Reservation: c.Reservation}
-}

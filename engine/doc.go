@@ -42,7 +42,8 @@
 //
 // The code follows that split, and a request's path runs one way:
 // limiter.go, then view.go, then the records, each using rules.go; no file
-// calls back into a file that calls it.
+// calls back into a file that calls it (structure_test.go), except through
+// what a caller hands down: a transaction's change, the fleet's holding.
 //   - Each shared record (record_*.go; the fleet record in fleet.go) owns
 //     its type, its encoding, its key and its only read-modify-write, all
 //     through one compare-and-swap loop (record.go).

@@ -285,7 +285,7 @@ func TestFairLeaseIsExact(t *testing.T) {
 					t.Fatalf("request %d refused under the guarantee", i)
 				}
 				admitted++
-				raw, _, err := store.Get(cfg.KeyPrefix + "/w")
+				raw, _, err := store.Get(recordKey(&cfg, "w"))
 				if err != nil {
 					t.Fatal(err)
 				}

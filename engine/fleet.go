@@ -14,7 +14,7 @@ import (
 // docs/design.md ("Fleet mode") gives the argument; this file holds the
 // protocol:
 //
-//   - The fleet record (key <prefix>/f) is the process's lease state: what it
+//   - The fleet record (recordKey "f") is the process's lease state: what it
 //     holds from Gubernator for the previous, current and next window, the
 //     demand its workers saw (units asked for, rejected ones included), the
 //     fleet's demand as Gubernator last counted it, the fallback in force,
@@ -165,7 +165,7 @@ func newFleetWorker(cfg *Config) *fleetWorker {
 	if cfg.Fleet == nil {
 		return nil
 	}
-	return &fleetWorker{cfg: cfg, key: cfg.KeyPrefix + "/f"}
+	return &fleetWorker{cfg: cfg, key: recordKey(cfg, "f")}
 }
 
 // heldIn is what the process holds for window k (fleetState.allowance):
@@ -195,10 +195,10 @@ func (w *fleetWorker) noteAsked(n, window int64) {
 // writes this worker's unserved demand, keeps or takes over the syncer
 // election, and, on the syncer when a sync is due, returns the callout to
 // send now (ok false: nothing to send), sized from the demand the budget
-// and the fleet record show. Give-backs are taken out of the budget of v,
-// when v holds the clock's window (current), before the call is returned,
-// so they are in force whatever becomes of it.
-func (w *fleetWorker) call(v *view, t int64, current bool) (call LeaseCall, ok bool) {
+// and the fleet record show. Give-backs are taken out of the budget of v
+// before the call is returned, so they are in force whatever becomes of
+// it.
+func (w *fleetWorker) call(v *view, t int64) (call LeaseCall, ok bool) {
 	f := w.cfg.Fleet
 	if w.inflight != 0 && t-w.sentAt < int64(f.Timeout+f.SyncInterval) {
 		return LeaseCall{}, false // a reply (or the host's timeout) is still due
@@ -241,7 +241,7 @@ func (w *fleetWorker) call(v *view, t int64, current bool) (call LeaseCall, ok b
 	if !syncer || !due {
 		return LeaseCall{}, false
 	}
-	call = w.plan(v, t, k, current && v.plan.window == k)
+	call = w.plan(v, t, k)
 	if len(call.Hits) == 0 {
 		return LeaseCall{}, false
 	}
@@ -251,9 +251,10 @@ func (w *fleetWorker) call(v *view, t int64, current bool) (call LeaseCall, ok b
 	return call, true
 }
 
-// plan sizes the syncer's callout at t in window k (sizeLeases) and, when
-// v holds window k (inWindow), takes give-backs out of its budget.
-func (w *fleetWorker) plan(v *view, t, k int64, inWindow bool) LeaseCall {
+// plan sizes the syncer's callout at t in window k (sizeLeases) and takes
+// give-backs out of v's budget, once v holds window k (a give-back needs
+// the view at the window it gives back from).
+func (w *fleetWorker) plan(v *view, t, k int64) LeaseCall {
 	used := v.grantedIn(k)
 	var s fleetState
 	err := w.updateFleet(v.store, func(st *fleetState) bool {
@@ -273,7 +274,7 @@ func (w *fleetWorker) plan(v *view, t, k int64, inWindow bool) LeaseCall {
 		d.Demand, d.Key, d.Limit = true, d.Key+"/demand", MaxCapacity
 		call.Hits = append(call.Hits, d)
 	}
-	if sized.giveBack > 0 && inWindow {
+	if sized.giveBack > 0 && v.current(t) == nil && v.plan.window == k {
 		if got := w.reclaim(v, k, sized.giveBack); got > 0 {
 			call.Hits = append(call.Hits, w.hit(k, -got))
 		}
@@ -348,7 +349,7 @@ func (w *fleetWorker) done(v *view, k int64, call LeaseCall, replies []LeaseRepl
 	return ev
 }
 
-// The fleet record (<prefix>/f, in fleet mode): worker ids, the elected
+// The fleet record (recordKey "f", in fleet mode): worker ids, the elected
 // syncer, and what each window holds and asked. Written by
 // fleetWorker.updateFleet only.
 
@@ -450,7 +451,7 @@ func (w *fleetWorker) updateFleet(store Store, change func(s *fleetState) bool) 
 	})
 }
 
-// applyReplies is the pure part of FleetDoneAt: it records what Gubernator
+// applyReplies is the pure part of fleetWorker.done: it records what Gubernator
 // granted, or opens (or extends) a fallback episode.
 func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error, k int64) FleetEvent {
 	var ev FleetEvent

@@ -23,8 +23,8 @@ func FuzzLimiter(f *testing.F) {
 		cfg := Defaults(10, time.Second)
 		cfg.MinCycle = 200 * time.Millisecond
 		cfg.MaxClients = int(maxClients)%8 + 1
-		for key, v := range map[string][]byte{"/p": planRaw, "/w": budgetRaw, "/c/1/0": bucketRaw} {
-			if err := store.Set(cfg.KeyPrefix+key, v, 0); err != nil {
+		for key, v := range map[string][]byte{"p": planRaw, "w": budgetRaw, "c/1/0": bucketRaw} {
+			if err := store.Set(recordKey(&cfg, key), v, 0); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -164,8 +164,7 @@ func (l *Limiter) FleetCallAt(now time.Time) (call LeaseCall, ok bool) {
 	if l.view.fleet == nil {
 		return LeaseCall{}, false
 	}
-	t := now.UnixNano()
-	return l.view.fleet.call(l.view, t, l.view.current(t) == nil)
+	return l.view.fleet.call(l.view, now.UnixNano())
 }
 
 // FleetDoneAt applies the outcome of call: replies (one per hit, in order)

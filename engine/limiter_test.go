@@ -482,7 +482,7 @@ func TestImpossiblePlanIsReset(t *testing.T) {
 	store := enginetest.NewKeyCounter(NewMemStore())
 	cfg := testConfig()
 	bogus := appendPlan(nil, &plan{id: 7, roll: 7, window: windowIndex(t0.UnixNano(), &cfg), capacity: 0, buckets: 128, n: 1, scale: 1})
-	if err := store.Set(cfg.KeyPrefix+"/p", bogus, 0); err != nil {
+	if err := store.Set(recordKey(&cfg, "p"), bogus, 0); err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, cfg, store)
@@ -622,5 +622,65 @@ func TestPendingInTheLastPlaceIsRegistered(t *testing.T) {
 	}
 	if d := l.AdmitAt(t0.Add(1100*time.Millisecond), "b"); !d.Allowed {
 		t.Fatalf("b after MinCycle: %+v, want admitted", d)
+	}
+}
+
+// TestFreshWorkersReplaceAnUnreadableStore: when every shared value is
+// unreadable (an upgrade that changed the records' format, say) and every
+// worker is new (a reload starts new VMs), the first worker that asks
+// replaces the plan, and admissions resume by the next window. A plan id of
+// 0, what a worker that never read a plan holds, must not read as "no plan
+// to replace".
+func TestFreshWorkersReplaceAnUnreadableStore(t *testing.T) {
+	const capacity = 100
+	cfg := Defaults(capacity, time.Second)
+	store := NewMemStore()
+	old := newLimiter(t, cfg, store)
+	for i := 0; i < 50; i++ {
+		old.AdmitAt(t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("c%d", i%5))
+	}
+	keys := []string{old.view.planKey, old.view.budgetKey}
+	for b := 0; b < old.view.nb; b++ {
+		keys = append(keys, old.view.key(b))
+	}
+	unreadable := 0
+	for _, k := range keys {
+		raw, cas, err := store.Get(k)
+		if err != nil {
+			continue
+		}
+		raw[len(raw)/2] ^= 1
+		if err := store.Set(k, raw, cas); err != nil {
+			t.Fatal(err)
+		}
+		unreadable++
+	}
+	if unreadable < 3 {
+		t.Fatalf("set-up: %d values written by the old worker; want the plan, the budget and a bucket", unreadable)
+	}
+
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	from := t0.Add(time.Second)
+	k0, _, _ := WindowAt(from, cfg.Cycle, 0)
+	admitted := map[int64]int{}
+	for i := 0; i < 3000; i++ { // three windows, a request a millisecond
+		now := from.Add(time.Duration(i) * time.Millisecond)
+		w := workers[i%len(workers)]
+		if i%100 < len(workers) {
+			w.TickAt(now)
+		}
+		if w.AdmitAt(now, fmt.Sprintf("c%d", i%5)).Allowed {
+			k, _, _ := WindowAt(now, cfg.Cycle, 0)
+			admitted[k]++
+		}
+	}
+	t.Logf("admitted per window after the values became unreadable: %d, %d, %d", admitted[k0], admitted[k0+1], admitted[k0+2])
+	for k, n := range admitted {
+		if n > capacity {
+			t.Errorf("window %d admitted %d, over the capacity %d", k, n, capacity)
+		}
+	}
+	if admitted[k0+1] == 0 || admitted[k0+2] == 0 {
+		t.Errorf("admitted %d and %d in the two windows after the first; want admissions to resume by the next window", admitted[k0+1], admitted[k0+2])
 	}
 }

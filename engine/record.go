@@ -14,6 +14,21 @@ import (
 	"fmt"
 )
 
+// recordFormat names the records' encoding in every key of the store
+// (<prefix>/<format>/<record>). A module that encodes any record otherwise
+// keeps its state under other keys: while two such modules serve side by
+// side (the old one drains after an upgrade), neither reads the other's
+// values as unreadable ones and resets them, which would refuse most
+// requests until the old one is gone. Each counts its own capacity then,
+// as a limit given a new name does. Change it with any record's encoding.
+const recordFormat = "r3"
+
+// recordKey is the store key of record name (p, w, pace, f, c/<B>/<i>,
+// ids/<B>/<i>) under cfg.
+func recordKey(cfg *Config, name string) string {
+	return cfg.KeyPrefix + "/" + recordFormat + "/" + name
+}
+
 // update is the engine's one compare-and-swap loop: every read-modify-write
 // of a shared record goes through it. It reads key (or takes read, a read
 // of it made just before, on the first attempt), hands the value to change,
@@ -34,8 +49,8 @@ func (r *view) update(key, op string, read *bucketRead, change func(st stored) (
 	return casUpdate(r.store, r.obs, r.cfg.CASRetries, key, op, read, change)
 }
 
-// casUpdate is update over any store (the fleet record's owner has no
-// view).
+// casUpdate is update over a store and an observer given: the fleet
+// record's owner reports its own failures, once per episode.
 func casUpdate(store Store, obs Observer, retries int, key, op string, read *bucketRead, change func(st stored) ([]byte, error)) error {
 	for attempt := 0; attempt < retries; attempt++ {
 		var raw []byte

@@ -1,6 +1,6 @@
 package engine
 
-// The bucket records (<prefix>/c/<B>/<i>): up to bucketSlots client
+// The bucket records (recordKey "c/<B>/<i>"): up to bucketSlots client
 // entries each. Written by updateBucket only (a lease, a demand write-back
 // or a registration), or replaced whole when unreadable (resetBucket).
 
@@ -204,7 +204,7 @@ func (r *view) resetBucket(b int, cas uint32) {
 
 // tablePrefix names the bucket keys of a table of nb buckets: tables of
 // different sizes never share a key.
-func tablePrefix(cfg *Config, nb int) string { return cfg.KeyPrefix + "/c/" + strconv.Itoa(nb) + "/" }
+func tablePrefix(cfg *Config, nb int) string { return recordKey(cfg, "c/"+strconv.Itoa(nb)+"/") }
 
 func (r *view) key(b int) string {
 	if r.keys[b] == "" {

@@ -1,6 +1,6 @@
 package engine
 
-// The window budget record (<prefix>/w): units granted in the newest
+// The window budget record (recordKey "w"): units granted in the newest
 // window, all workers together. Written by adjust only (takes and give-
 // backs), or replaced whole when unreadable (resetBudget).
 

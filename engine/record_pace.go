@@ -1,6 +1,6 @@
 package engine
 
-// The pace record (<prefix>/pace, with Config.Pace): the theoretical
+// The pace record (recordKey "pace", with Config.Pace): the theoretical
 // arrival time of the limit's cell rate algorithm (rules.go holds the
 // arithmetic). Written by paced only.
 

@@ -1,6 +1,6 @@
 package engine
 
-// The peer records (<prefix>/ids/<B>/<i>, with Config.MaxIDsPerPeer): for
+// The peer records (recordKey "ids/<B>/<i>", with Config.MaxIDsPerPeer): for
 // each peer the caller names (a source address, an mTLS principal), the
 // distinct client ids it used in the newest window, at most MaxIDsPerPeer
 // of them. Written by allowID only.
@@ -91,7 +91,7 @@ type peerTable struct {
 }
 
 func newPeerTable(cfg *Config, nb int) *peerTable {
-	return &peerTable{nb: nb, prefix: cfg.KeyPrefix + "/ids/" + strconv.Itoa(nb) + "/", keys: make([]string, nb)}
+	return &peerTable{nb: nb, prefix: recordKey(cfg, "ids/"+strconv.Itoa(nb)+"/"), keys: make([]string, nb)}
 }
 
 func (pt *peerTable) key(b int) string {

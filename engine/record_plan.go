@@ -1,6 +1,6 @@
 package engine
 
-// The plan record (<prefix>/p): the running window, who is counted in it,
+// The plan record (recordKey "p"): the running window, who is counted in it,
 // and what any worker needs to derive one client's share. Written by
 // updatePlan only: a new plan (view.replan), a proven newcomer counted
 // as pending (countPending), a newer config's claim (claim).

@@ -574,6 +574,15 @@ type Policy interface {
 	capOf(p *policyParams, demand float64) float64
 }
 
+// policy is the config's Policy: Seed, with the config's reservation,
+// unless another is set.
+func (c Config) policy() Policy {
+	if c.Policy != nil {
+		return c.Policy
+	}
+	return Seed{Reservation: c.Reservation}
+}
+
 // Seed is the adaptive borrowing policy: clients that used less than their
 // default share lend the difference (keeping a reservation), and clients that
 // wanted more borrow it in proportion to their deficit.

@@ -421,7 +421,7 @@ func TestCapacityShrinkMidWindow(t *testing.T) {
 		record(check, at, []string{"a", "b"}[i%2], lOld.AdmitAt(at, []string{"a", "b"}[i%2]))
 	}
 	lOld.TickAt(t0.Add(time.Second)) // returns unused leases
-	raw, _, _ := store.Get(old.KeyPrefix + "/w")
+	raw, _, _ := store.Get(recordKey(&old, "w"))
 	b, err := decodeBudget(raw)
 	if err != nil {
 		t.Fatal(err)

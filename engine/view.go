@@ -102,9 +102,9 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 		pol:       cfg.policy(),
 		store:     store,
 		obs:       obs,
-		planKey:   cfg.KeyPrefix + "/p",
-		budgetKey: cfg.KeyPrefix + "/w",
-		paceKey:   cfg.KeyPrefix + "/pace",
+		planKey:   recordKey(cfg, "p"),
+		budgetKey: recordKey(cfg, "w"),
+		paceKey:   recordKey(cfg, "pace"),
 		prefix:    tablePrefix(cfg, nb),
 		nb:        nb,
 		own:       nb,
@@ -280,7 +280,10 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			// Plan afresh under an id above every id any entry or the budget
 			// holds (see scan), at the clock's window, or at the budget's if
 			// that is later: windows never go back, even past a lost plan.
-			cur = plan{id: r.plan.id, roll: r.plan.roll, shift: r.plan.shift, n: 1}
+			// (Its id and count are not 0, which would read as no plan at
+			// all: a worker that never read a plan, after an upgrade that
+			// changed the format, say, must replace it too, whoever asks.)
+			cur = plan{id: max(r.plan.id, 1), roll: r.plan.roll, shift: r.plan.shift, n: 1}
 			k := windowIndex(real+cur.shift, r.cfg)
 			if !bcorrupt && v.end > windowEnd(k, r.cfg) {
 				k = windowIndex(v.end-1, r.cfg)
@@ -957,6 +960,9 @@ func (r *view) track(h uint64, b int, created uint64) *clientState {
 // refuse remembers newcomer h as refused table_full in the view's window:
 // asking again in it proves the newcomer (see arrive).
 func (r *view) refuse(h uint64) {
+	if w, ok := r.refused[h]; ok && w == r.plan.window {
+		return // (a repeat clears no cache)
+	}
 	if len(r.refused) >= localCacheMax {
 		clear(r.refused)
 	}
