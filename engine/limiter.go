@@ -15,10 +15,10 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 // WithObserver sets who hears about plans, retries and failures.
 func WithObserver(o Observer) Option { return func(l *Limiter) { l.obs = o } }
 
-// Limiter is one worker's view of a limit. Every Envoy worker VM has its
-// own; they agree through the Store. A Limiter is not safe for concurrent
-// use: each worker is single-threaded, and so is each goroutine that plays
-// one in tests.
+// Limiter decides one worker's requests for one limit. Every Envoy worker
+// VM has its own; they agree through the Store. A Limiter is not safe for
+// concurrent use: each worker is single-threaded, and so is each goroutine
+// that plays one in tests.
 type Limiter struct {
 	cfg   Config
 	clock Clock
