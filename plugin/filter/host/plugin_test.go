@@ -377,18 +377,18 @@ func TestMetricValues(t *testing.T) {
 	})
 }
 
-func TestDebugHeaderNamesTheCycle(t *testing.T) {
+func TestDebugHeaderNamesThePlan(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 1, "cycle": "10s", "debug_headers": true, "name": "debug"}`)
 		first := h.from("a").headers["x-borrowcycle-plan"]
 		rejected := h.from("a")
 		if rejected.local == nil || rejected.headers["x-borrowcycle-plan"] != first || first == "" {
-			t.Fatalf("cycle header: admitted %q, rejected %q", first, rejected.headers["x-borrowcycle-plan"])
+			t.Fatalf("plan header: admitted %q, rejected %q", first, rejected.headers["x-borrowcycle-plan"])
 		}
 		h.advance(10 * time.Second)
 		next := h.from("a").headers["x-borrowcycle-plan"]
 		if a, b := mustAtoi(t, first), mustAtoi(t, next); b != a+1 {
-			t.Errorf("cycle after the deadline = %d, want %d", b, a+1)
+			t.Errorf("plan after the window's end = %d, want %d", b, a+1)
 		}
 	})
 }
