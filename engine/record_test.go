@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+// scriptedStore is a MemStore whose every Get and Set first reads one byte
+// of a script: 1 makes another writer add one to the counter just before
+// (so a Set that follows a read loses its compare-and-swap), 2 makes the
+// call fail as a host error would, anything else (or an exhausted script)
+// lets it through.
+type scriptedStore struct {
+	mem    *MemStore
+	script []byte
+	others uint64 // increments the other writer made
+	calls  int
+}
+
+var errScripted = errors.New("scripted host error")
+
+func (s *scriptedStore) next() byte {
+	s.calls++
+	if len(s.script) == 0 {
+		return 0
+	}
+	b := s.script[0]
+	s.script = s.script[1:]
+	return b % 4
+}
+
+func (s *scriptedStore) interleave() {
+	raw, _, err := s.mem.Get("k")
+	var c uint64
+	if err == nil {
+		c = binary.LittleEndian.Uint64(raw)
+	}
+	if err := s.mem.Set("k", binary.LittleEndian.AppendUint64(nil, c+1), 0); err == nil {
+		s.others++
+	}
+}
+
+func (s *scriptedStore) Get(key string) ([]byte, uint32, error) {
+	switch s.next() {
+	case 1:
+		s.interleave()
+	case 2:
+		return nil, 0, errScripted
+	}
+	return s.mem.Get(key)
+}
+
+func (s *scriptedStore) Set(key string, value []byte, cas uint32) error {
+	switch s.next() {
+	case 1:
+		s.interleave()
+	case 2:
+		return errScripted
+	}
+	return s.mem.Set(key, value, cas)
+}
+
+// FuzzTransaction drives the one compare-and-swap loop (casUpdate) against
+// a store where another writer slips in between its read and its write,
+// and reads and writes fail, as the fuzzer chooses; a transaction may
+// start from a read made before it (as a newcomer's registration does),
+// which may be stale by then. Each transaction adds one to a counter.
+// Whatever the interleaving: a transaction that returns nil added exactly
+// one to the value it last read, one that returns an error added nothing,
+// no transaction calls its change more than retries times, and only
+// running out of them returns ErrRetriesExhausted.
+func FuzzTransaction(f *testing.F) {
+	f.Add([]byte{}, uint8(3), uint8(0))
+	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1}, uint8(3), uint8(1))
+	f.Add([]byte{0, 2, 0, 1, 0, 0, 2, 2, 1, 0}, uint8(5), uint8(3))
+	f.Fuzz(func(t *testing.T, script []byte, retries, preread uint8) {
+		s := &scriptedStore{mem: NewMemStore(), script: script}
+		n := int(retries%6) + 1
+		var ours uint64
+		for round := 0; round < 6; round++ {
+			var read *bucketRead
+			if preread>>round&1 == 1 {
+				raw, cas, err := s.mem.Get("k")
+				read = &bucketRead{raw: raw, cas: cas, missing: errors.Is(err, ErrNotFound), valid: true}
+			}
+			calls := 0
+			err := casUpdate(s, NopObserver{}, n, "k", "test", read, func(st stored) ([]byte, error) {
+				calls++
+				var c uint64
+				if !st.missing {
+					if len(st.raw) != 8 {
+						t.Fatalf("change handed %d bytes", len(st.raw))
+					}
+					c = binary.LittleEndian.Uint64(st.raw)
+				}
+				return binary.LittleEndian.AppendUint64(nil, c+1), nil
+			})
+			if calls > n {
+				t.Fatalf("change called %d times with %d retries", calls, n)
+			}
+			switch {
+			case err == nil:
+				ours++
+			case errors.Is(err, ErrRetriesExhausted):
+				if calls != n {
+					t.Fatalf("retries exhausted after %d of %d attempts", calls, n)
+				}
+			case !errors.Is(err, errScripted):
+				t.Fatalf("unexpected error %v", err)
+			}
+		}
+		var got uint64
+		if raw, _, err := s.mem.Get("k"); err == nil {
+			got = binary.LittleEndian.Uint64(raw)
+		}
+		if got != ours+s.others {
+			t.Fatalf("counter %d, want %d (ours) + %d (the other writer's): an update was lost or applied twice", got, ours, s.others)
+		}
+	})
+}
