@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"testing"
+	"time"
 )
 
 // scriptedStore is a MemStore whose every Get and Set first reads one byte
@@ -118,4 +121,30 @@ func FuzzTransaction(f *testing.F) {
 			t.Fatalf("counter %d, want %d (ours) + %d (the other writer's): an update was lost or applied twice", got, ours, s.others)
 		}
 	})
+}
+
+// TestEncodingIsPinned holds every record's encoding, and the checksum,
+// to what recordFormat names. Workers of two modules share keys only when
+// they encode alike: a change here without a new recordFormat would have
+// an upgraded module read the draining one's values as unreadable.
+func TestEncodingIsPinned(t *testing.T) {
+	const want = "8f4501a7077803d2"
+	p := plan{id: 7, roll: 6, window: 1_700_000_000, at: 1_700_000_000_123, capacity: 40, n: 3, pending: 1, buckets: 4,
+		cycle: int64(time.Second), shift: 2, born: 9, newCycle: int64(time.Second), newBuckets: 4}
+	p.params[0], p.thrFrac, p.thrHash, p.promoted = 13.5, 0.25, 99, 42
+	bkt := bucketVal{overflow: true, entries: []entry{{hash: 5, created: 6, since: 7, window: 8, plan: 6, share: 10, granted: 4, demand: 3, prev: 2.5, active: 8, tries: 2}}}
+	fs := newFleetState()
+	fs.nextID, fs.syncer = 3, 2
+	fs.claim(8).leased = 11
+	var all []byte
+	all = append(all, appendPlan(nil, &p)...)
+	all = append(all, appendBudget(nil, budget{window: 8, roll: 6, granted: 17, capacity: 40, end: 9_000})...)
+	all = append(all, appendBucket(nil, &bkt)...)
+	all = append(all, appendPace(nil, 12_345)...)
+	all = append(all, appendFleet(nil, &fs)...)
+	all = append(all, appendPeers(nil, []peerEntry{{peer: 1, window: 8, ids: []uint64{2, 3}}})...)
+	sum := sha256.Sum256(all)
+	if got := hex.EncodeToString(sum[:8]); got != want {
+		t.Fatalf("the records encode as %s, not as format %s pinned (%s): a change of encoding needs a new recordFormat (record.go), then this pin, and a CHANGELOG line", got, recordFormat, want)
+	}
 }
