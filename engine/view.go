@@ -289,6 +289,14 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 				k = windowIndex(v.end-1, r.cfg)
 			}
 			cur.window = k - 2
+			if r.plan.id != 0 {
+				// Nor before the newest window this worker saw: with the
+				// budget lost too, nothing else remembers it, and opening
+				// it afresh would serve it twice. A clock behind it waits,
+				// or jumps past it (transition).
+				_, seen := planWindow(&r.plan, r.cfg)
+				cur.window = max(cur.window, windowIndex(seen-1, r.cfg)-1)
+			}
 		}
 		t := real + cur.shift
 		step, k := transition(&cur, r.cfg, t, r.behind(t), who)
