@@ -371,12 +371,3 @@ func advRandomPick(rng *rand.Rand, ws []int, clients []string) func() (int, stri
 		return ws[rng.Intn(len(ws))], clients[rng.Intn(len(clients))], 1
 	}
 }
-
-// advSeq returns 0..n-1.
-func advSeq(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}

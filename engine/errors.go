@@ -14,6 +14,7 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
+// fieldErr is a FieldError for field, its reason formatted.
 func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
@@ -26,6 +27,9 @@ var ErrRetriesExhausted = errors.New("cas retries exhausted")
 // Observer where it happened.
 var errStore = errors.New("store failed")
 
+// errCorrupt: a shared value that cannot be read (its checksum, its
+// version, its length or a field's range is wrong). Only a roller may
+// replace it (view.resetCorrupt).
 var errCorrupt = errors.New("corrupt value")
 
 // errStale: the budget belongs to a newer plan's window than the view.
