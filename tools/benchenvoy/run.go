@@ -284,6 +284,14 @@ func Run(o Options) (_ *Results, err error) {
 func startAll(o Options, pl placement, vs []variant) ([]*instance, error) {
 	insts := make([]*instance, len(vs))
 	errs := make([]error, len(vs))
+	// Every wrapper is written before any Envoy is forked: a script still
+	// open for writing in one goroutine while another forks cannot be
+	// executed ("text file busy", golang/go#22315).
+	for _, v := range vs {
+		if err := writeWrapper(o, pl, v); err != nil {
+			return insts, fmt.Errorf("%s: %w", v.name, err)
+		}
+	}
 	var wg sync.WaitGroup
 	for i, v := range vs {
 		wg.Add(1)
@@ -300,8 +308,8 @@ func startAll(o Options, pl placement, vs []variant) ([]*instance, error) {
 	return insts, errors.Join(errs...)
 }
 
-// start runs one Envoy on the shipped bootstrap changed for v, through a
-// wrapper script that records its pid (the CPU counters are read from
+// start runs one Envoy on the shipped bootstrap changed for v, through the
+// wrapper script writeWrapper wrote, which records its pid (the CPU counters are read from
 // /proc/<pid>/stat) and pins it with taskset from its first instruction.
 // Both the script's shell and taskset exec, so the pid is Envoy's.
 func start(o Options, pl placement, v variant) (*instance, error) {
@@ -317,16 +325,7 @@ func start(o Options, pl placement, v variant) (*instance, error) {
 			return nil, err
 		}
 	}
-	pidFile := filepath.Join(o.Dir, v.name+".pid")
-	pin := ""
-	if pl.envoyCPU >= 0 {
-		pin = "taskset -c " + strconv.Itoa(pl.envoyCPU) + " "
-	}
-	wrapper := filepath.Join(o.Dir, v.name+".sh")
-	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s\nexec %s%s \"$@\"\n", shellQuote(pidFile), pin, shellQuote(o.Envoy))
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		return nil, err
-	}
+	pidFile, wrapper := wrapperFiles(o, v)
 	e, err := envoyrun.Start(context.Background(), envoyrun.Options{
 		Envoy: wrapper, Bootstrap: b, Concurrency: 1, Dir: o.Dir, Name: v.name,
 	})
@@ -349,6 +348,23 @@ func start(o Options, pl placement, v variant) (*instance, error) {
 		return nil, fmt.Errorf("Envoy's pid: %w", err)
 	}
 	return in, nil
+}
+
+// wrapperFiles are v's pid file and wrapper script (see start).
+func wrapperFiles(o Options, v variant) (pidFile, wrapper string) {
+	return filepath.Join(o.Dir, v.name+".pid"), filepath.Join(o.Dir, v.name+".sh")
+}
+
+// writeWrapper writes v's wrapper script: it records its pid and execs
+// Envoy, pinned with taskset when pl pins it.
+func writeWrapper(o Options, pl placement, v variant) error {
+	pidFile, wrapper := wrapperFiles(o, v)
+	pin := ""
+	if pl.envoyCPU >= 0 {
+		pin = "taskset -c " + strconv.Itoa(pl.envoyCPU) + " "
+	}
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s\nexec %s%s \"$@\"\n", shellQuote(pidFile), pin, shellQuote(o.Envoy))
+	return os.WriteFile(wrapper, []byte(script), 0o755)
 }
 
 // shellQuote quotes s for sh.
