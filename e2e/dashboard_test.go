@@ -21,19 +21,30 @@ import (
 // metrics (or is a label Prometheus adds to every scraped series), and every
 // borrowcycle metric Envoy exports is charted somewhere.
 func TestDashboardQueriesMatchEnvoy(t *testing.T) {
-	tg := shippedTarget(t, startOpts{})
-	samples, _, err := fetchPrometheus(tg.admin)
+	// The shipped Envoy, and one in fleet mode for the fleet metrics (its
+	// Gubernator cluster is a closed port: the metrics exist all the same).
+	closed, err := envoyrun.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// metric name -> label names seen on its series
 	exported := map[string]map[string]bool{}
-	for _, s := range samples {
-		if exported[s.name] == nil {
-			exported[s.name] = map[string]bool{}
+	tgs := []*target{shippedTarget(t, startOpts{})}
+	if !setup.compose {
+		tgs = append(tgs, fleetEnvoy(t, "dashboard-fleet", fleetConfig(), closed))
+	}
+	for _, tg := range tgs {
+		samples, _, err := fetchPrometheus(tg.admin)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, l := range labelNames(s.labels) {
-			exported[s.name][l] = true
+		for _, s := range samples {
+			if exported[s.name] == nil {
+				exported[s.name] = map[string]bool{}
+			}
+			for _, l := range labelNames(s.labels) {
+				exported[s.name][l] = true
+			}
 		}
 	}
 

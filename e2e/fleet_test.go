@@ -490,3 +490,40 @@ func TestFleetExamplesParse(t *testing.T) {
 		t.Errorf("Istio fleet cluster %q: want Istio's outbound|port||host name", is.FleetCluster)
 	}
 }
+
+// A fleet.cluster Envoy does not know cannot be caught at start (the
+// plugin cannot list Envoy's clusters), so every refused callout is
+// counted as a failure and logged, naming the field to check; the
+// fallback serves meanwhile.
+func TestFleetMisspelledClusterIsLoggedEveryTime(t *testing.T) {
+	cfg := fleetConfig()
+	cfg["fleet"].(map[string]any)["cluster"] = "gubernatr"
+	ports, err := envoyrun.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := fleetEnvoy(t, "misspelled", cfg, ports)
+	c := newClient()
+	admitted := 0
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if r := tg.get(c, "alice"); r.err == nil && r.status == http.StatusOK {
+			admitted++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lines := 0
+	for _, line := range strings.Split(tg.envoy.Log(), "\n") {
+		if strings.Contains(line, `refused the callout to cluster "gubernatr"`) && strings.Contains(line, "fleet.cluster") {
+			lines++
+		}
+	}
+	failures, callouts := statOf(t, tg, "failures"), statOf(t, tg, "callouts")
+	t.Logf("3 s with fleet.cluster misspelled: %d callouts, %d failures, %d log lines, %d of %d-unit fallback admitted", callouts, failures, lines, admitted, fleetFallback)
+	if failures < 5 || callouts < failures || lines < 5 {
+		t.Errorf("%d callouts, %d failures, %d log lines in 3 s at a 200ms sync: want every refused callout counted and logged", callouts, failures, lines)
+	}
+	if admitted == 0 || admitted > 3*fleetFallback {
+		t.Errorf("admitted %d in 3 s (parts of at most three windows), want the fallback (%d per window)", admitted, fleetFallback)
+	}
+}

@@ -75,6 +75,9 @@ type Decision struct {
 	// Remaining is what the client may still send this window, as far as
 	// this worker knows: exact for a single worker; for several, this
 	// worker's lease plus the share nobody had leased at its last sync.
+	// A refused request has 0: a response that refuses never says there
+	// is room (even when a cheaper request would still fit, or the share
+	// is there but the window's budget is not).
 	Remaining int64
 	// Reset is the time until the current window ends.
 	Reset time.Duration

@@ -31,9 +31,13 @@ import (
 //     worker can still grant them), then lowering the lease, then sending
 //     negative hits: at every step the budget grants at most what is held.
 //   - When Gubernator cannot be reached, slow or garbled, the process admits
-//     at most max(held, Fallback) in that window and the next, and leases
-//     nothing more for them: Gubernator's count of those windows may be
-//     gone (a restarted peer forgets), so they are not counted twice.
+//     at most max(held, Fallback) per window until a callout is answered
+//     again, and in the window of that answer. Leasing goes on meanwhile:
+//     what Gubernator grants it counts, so each window admits at most the
+//     fleet capacity plus the fallbacks in force in it.
+//   - A callout that got no answer is sent once more at once (LeaseCall.Retry),
+//     so that Envoy's load balancer can take it to another peer: one peer
+//     down is not an outage.
 
 // Fleet configures fleet mode for one limit. Config.Capacity stays what this
 // process may admit per window at most (and what plans split); Fleet.Capacity
@@ -99,6 +103,22 @@ type LeaseCall struct {
 	Hits []LeaseHit
 }
 
+// Retry is the callout to send once more, at once, when call got no
+// answer (Envoy's load balancer may take it to another peer): its leases
+// and demand without its give-backs. An unanswered call may still have
+// reached Gubernator. A lease sent twice then leaves units counted and
+// unused, which is safe; a give-back sent twice would hand units back
+// twice, so it is dropped, and its units stay counted.
+func (c LeaseCall) Retry() LeaseCall {
+	r := LeaseCall{ID: c.ID, Hits: make([]LeaseHit, 0, len(c.Hits))}
+	for _, h := range c.Hits {
+		if h.Hits >= 0 {
+			r.Hits = append(r.Hits, h)
+		}
+	}
+	return r
+}
+
 // LeaseReply is Gubernator's answer to one LeaseHit.
 type LeaseReply struct {
 	Over      bool  // OVER_LIMIT: nothing was consumed
@@ -133,8 +153,8 @@ type fleetState struct {
 	syncer        uint64 // the elected syncer's id
 	syncerUntil   int64  // its election ends (Unix ns) unless renewed
 	lastCall      int64  // when the last callout was sent (Unix ns)
-	fallbackUntil int64  // last window with the fallback in force
-	down          bool   // a fallback episode is open
+	fallbackUntil int64  // last window of a closed fallback episode
+	down          bool   // a fallback episode is open: every window is under it
 	slots         [fleetSlots]fleetSlot
 }
 
@@ -225,10 +245,7 @@ func (w *fleetWorker) call(v *view, t int64) (call LeaseCall, ok bool) {
 		syncer = s.syncer == id || s.syncerUntil <= t
 		if syncer {
 			s.syncer, s.syncerUntil = id, t+3*int64(f.SyncInterval)
-			due = t-s.lastCall >= int64(f.SyncInterval)
-			if due {
-				s.lastCall = t
-			}
+			due, s.lastCall = syncDue(s.lastCall, t, int64(f.SyncInterval))
 			changed = true
 		}
 		return changed
@@ -457,14 +474,17 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 	var ev FleetEvent
 	if err != nil {
 		ev.Failed, ev.Cause = true, err.Error()
-		s.fallbackUntil = max(s.fallbackUntil, k+1)
+		s.fallbackUntil = max(s.fallbackUntil, k)
 		if !s.down {
 			s.down, ev.FellBack = true, true
 		}
 		return ev
 	}
 	if s.down {
+		// The fallback ends here, but it stays the floor of this window:
+		// what the process admitted under it is admitted.
 		s.down, ev.Rejoined = false, true
+		s.fallbackUntil = max(s.fallbackUntil, k)
 	}
 	for i, h := range call.Hits {
 		r := replies[i]
@@ -479,8 +499,8 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 			ev.GivenBack -= h.Hits // lowered before the call
 			continue
 		}
-		if h.Window <= s.fallbackUntil || h.Window < k-1 {
-			continue // a window whose count is not trusted, or over
+		if h.Window < k-1 {
+			continue // a window that is over
 		}
 		sl := s.claim(h.Window)
 		if h.Hits == 0 || !consumed(h.Hits, r) {

@@ -194,11 +194,47 @@ func TestFleetOneSyncerPerProcess(t *testing.T) {
 	fleetRun([]*fleetProcess{p}, g, cc, fleetEpoch, fleetEpoch.Add(3*cfg.Cycle),
 		func(int, int64) int { return 1 }, nil)
 	// At most one callout per sync interval, whichever worker sends it.
-	if max := int(3 * cfg.Cycle / cfg.Fleet.SyncInterval); p.calls > max {
-		t.Errorf("%d callouts in %d sync intervals", p.calls, max)
+	// One callout per sync interval, whichever worker sends it.
+	if n := int(3 * cfg.Cycle / cfg.Fleet.SyncInterval); p.calls != n {
+		t.Errorf("%d callouts in %d sync intervals", p.calls, n)
 	}
-	if p.calls == 0 {
-		t.Error("no callouts")
+}
+
+// The syncer keeps a schedule of one callout per interval, whatever the
+// ticks' jitter: ticks that come a hair early must not stretch every other
+// gap by a tick.
+func TestSyncDueKeepsTheCadence(t *testing.T) {
+	ms := int64(time.Millisecond)
+	const interval = 200
+	for _, tc := range []struct {
+		name   string
+		period int64 // ms
+		jitter func(i int) int64
+	}{
+		{"ticks every interval, alternately 1 ms early and late", 200, func(i int) int64 { return int64(1 - 2*(i%2)) }},
+		{"ticks every half interval, 3 ms early", 100, func(int) int64 { return -3 }},
+		{"ticks every 70 ms, on time", 70, func(int) int64 { return 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			last, calls := int64(0), 0
+			var gaps []int64
+			span := int64(20_000) // ms
+			for i := 0; int64(i)*tc.period <= span; i++ {
+				now := 1_800_000_000_000*ms + (int64(i)*tc.period+tc.jitter(i))*ms
+				due, sent := syncDue(last, now, interval*ms)
+				if due {
+					if calls > 0 {
+						gaps = append(gaps, (now-last)/ms)
+					}
+					calls++
+					last = sent
+				}
+			}
+			want := int(span/interval) + 1
+			if calls < want-1 || calls > want {
+				t.Errorf("%d callouts in %d ms at one per %d ms: want %d (gaps %v)", calls, span, interval, want, gaps[:min(len(gaps), 10)])
+			}
+		})
 	}
 }
 
@@ -316,8 +352,9 @@ func TestSizeLeases(t *testing.T) {
 		{"near the end: gives back what the rest does not need", state(noWindow, slot(5, 600, 500, 1980, 0)), 9900 * ms, 100 * ms, leasePlan{giveBack: 60, ahead: 100}},
 		{"the share counts demand not yet posted", state(noWindow, fleetSlot{window: 5, leased: 450, used: 450, asked: 1000, posted: 500, total: 1500, rem: -1}), 4000 * ms, 6000 * ms, leasePlan{lease: 50}},
 		{"ahead: no more than this window's demand share", state(noWindow, slot(5, 560, 500, 1950, 39000)), 9750 * ms, 250 * ms, leasePlan{ahead: 50}},
-		{"fallback in force through the next window: nothing leased", state(6, slot(5, 500, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{}},
-		{"fallback ends with this window: leases ahead only", state(5, slot(5, 500, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{ahead: 100}},
+		{"under a fallback, leasing goes on: what Gubernator grants, it counts", state(6, slot(5, 500, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{lease: 100, ahead: 100}},
+		{"the first lease of a key asks at most half the fleet capacity", state(noWindow, slot(5, 0, 0, 0, 0), slot(4, 0, 0, 20000, 0)), 0, cycle, leasePlan{lease: 500}},
+		{"the first lease ahead too", state(noWindow, slot(5, 0, 0, 90000, 0)), 9800 * ms, 200 * ms, leasePlan{lease: 500, ahead: 500}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -343,12 +380,18 @@ func TestApplyReplies(t *testing.T) {
 		s := newFleetState()
 		first := applyReplies(&s, call, nil, errDown, 5)
 		second := applyReplies(&s, call, nil, errDown, 6)
-		if !first.FellBack || second.FellBack || !second.Failed || s.fallbackUntil != 7 {
-			t.Errorf("first %+v second %+v fallbackUntil %d", first, second, s.fallbackUntil)
+		f := &Fleet{Fallback: 9}
+		if !first.FellBack || second.FellBack || !second.Failed || !s.down || s.allowance(9, f) != 9 {
+			t.Errorf("first %+v second %+v: want one episode, the fallback in force in every window", first, second)
 		}
-		back := applyReplies(&s, call, []LeaseReply{{}, {}}, nil, 7)
-		if !back.Rejoined || back.Leased != 0 || s.allowance(7, &Fleet{Fallback: 9}) != 9 {
-			t.Errorf("rejoin %+v: a window under fallback leases nothing and keeps the fallback", back)
+		back := applyReplies(&s, LeaseCall{ID: 2, Hits: []LeaseHit{{Window: 7, Hits: 4}, {Window: 8, Hits: 20}}}, []LeaseReply{{}, {}}, nil, 7)
+		if !back.Rejoined || back.Leased != 24 {
+			t.Errorf("rejoin %+v: want the leases counted", back)
+		}
+		// The window of the answer keeps the fallback as its floor (what was
+		// admitted under it is admitted); the next holds what it leased.
+		if got := []int64{s.allowance(7, f), s.allowance(8, f), s.allowance(9, f)}; got[0] != 9 || got[1] != 20 || got[2] != 0 {
+			t.Errorf("allowance after the rejoin in window 7: %v, want [9 20 0]", got)
 		}
 	})
 	t.Run("give-back was counted before the call", func(t *testing.T) {

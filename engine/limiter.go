@@ -426,9 +426,6 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	}
 	d := l.reject(reason, reset, retryAfter)
 	d.Limit = cs.share
-	// A request costing more than is left takes nothing: the units stay
-	// the client's, and the headers say so.
-	d.Remaining = max(0, cs.share-cs.granted) + cs.lease
 	d.Plan = cs.plan
 	return d
 }

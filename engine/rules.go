@@ -1220,13 +1220,14 @@ func (s *fleetState) claim(k int64) *fleetSlot {
 }
 
 // allowance is what the process may admit in window k: what it holds,
-// raised to the fallback while that is in force.
+// raised to the fallback while an episode is open and, after it closed,
+// to the end of the window that closed it.
 func (s *fleetState) allowance(k int64, f *Fleet) int64 {
 	var held int64
 	if sl := s.slot(k); sl != nil {
 		held = sl.leased
 	}
-	if k <= s.fallbackUntil {
+	if s.down || k <= s.fallbackUntil {
 		held = max(held, f.Fallback)
 	}
 	return held
@@ -1269,32 +1270,30 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 	}
 	// The epsilon keeps float noise from rounding an exact need up.
 	need := func(span int64) int64 { return int64(math.Ceil(rate*float64(span) - 1e-6)) }
-	if k > s.fallbackUntil {
-		headroom := max(0, cur.leased-cur.used)
-		target := max(2*need(min(horizon, left)), floor)
-		room := capacity - cur.leased
-		fair := fairShare(s, k, f.Capacity, elapsed, cycle)
-		early := 2*elapsed < cycle
-		if early {
-			room = min(room, fair-cur.leased)
-		}
-		switch {
-		case early && cur.leased > fair && headroom > 0:
-			// Holding more than its share while others want theirs (the
-			// split moved): the excess goes back now, not at the window's end.
-			p.giveBack = min(headroom, cur.leased-fair)
-		case headroom*2 < target:
-			p.lease, p.probe = capLease(target-headroom, room, cur.rem)
-		case headroom*2 > target*3:
-			p.giveBack = headroom - target
-		}
+	headroom := max(0, cur.leased-cur.used)
+	target := max(2*need(min(horizon, left)), floor)
+	room := capacity - cur.leased
+	fair := fairShare(s, k, f.Capacity, elapsed, cycle)
+	early := 2*elapsed < cycle
+	if early {
+		room = min(room, fair-cur.leased)
 	}
-	if left <= horizon && k+1 > s.fallbackUntil {
+	switch {
+	case early && cur.leased > fair && headroom > 0:
+		// Holding more than its share while others want theirs (the
+		// split moved): the excess goes back now, not at the window's end.
+		p.giveBack = min(headroom, cur.leased-fair)
+	case headroom*2 < target:
+		p.lease, p.probe = capLease(target-headroom, room, cur.rem, f.Capacity)
+	case headroom*2 > target*3:
+		p.giveBack = headroom - target
+	}
+	if left <= horizon {
 		next := s.claim(k + 1)
 		target := max(2*need(horizon), floor)
 		room := min(capacity, fairShare(s, k, f.Capacity, elapsed, cycle)) - next.leased
 		if next.leased*2 < target {
-			p.ahead, p.probeAhead = capLease(target-next.leased, room, next.rem)
+			p.ahead, p.probeAhead = capLease(target-next.leased, room, next.rem, f.Capacity)
 		}
 	}
 	return p
@@ -1328,19 +1327,39 @@ func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 
 // capLease bounds a lease by room (the process's own capacity left, and its
 // fair share early in the window) and by half of what the key had left at
-// its last answer (rem, -1 before any): a hit of at most half of what is
-// left leaves at least as much as it took, so its answer is unambiguous
-// even when Gubernator's status sticks (see consumed). When the key had nothing left, it probes instead (probe true):
+// its last answer (rem; before any answer, the whole fleet capacity): two
+// processes that ask at once, each for at most half of what is left, both
+// get what they asked, so the split follows demand, not which timer fires
+// first. When the key had nothing left, it probes instead (probe true):
 // others may have given units back since.
-func capLease(want, room, rem int64) (n int64, probe bool) {
+func capLease(want, room, rem, fleetCap int64) (n int64, probe bool) {
 	n = max(min(want, room), 0)
-	switch {
-	case rem == 0:
-		return 0, n > 0
-	case rem > 0:
-		n = min(n, max(1, rem/2))
+	if rem < 0 {
+		rem = fleetCap
 	}
-	return n, false
+	if rem == 0 {
+		return 0, n > 0
+	}
+	return min(n, max(1, rem/2)), false
+}
+
+// syncDue reports whether the syncer's callout is due at t, the previous
+// one having been due at last, and when this one counts as sent. Callouts
+// keep to a schedule of one per interval rather than one interval after
+// the tick that sent the previous: ticks that come a hair early or late
+// would otherwise stretch every other gap by a tick. A tick within an
+// eighth of the interval before the due time sends, so two callouts are
+// never closer than 7/8 of the interval; a syncer a whole interval behind
+// its schedule (idle, or just elected) starts a new one at t.
+func syncDue(last, t, interval int64) (due bool, sent int64) {
+	next := last + interval
+	switch {
+	case t < next-interval/8:
+		return false, last
+	case t-next >= interval:
+		return true, t
+	}
+	return true, next
 }
 
 // clientHash maps a client id to its 64-bit FNV-1a hash, never zero (zero

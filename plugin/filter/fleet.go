@@ -101,6 +101,26 @@ type FleetCall struct {
 	Timeout time.Duration
 	Body    []byte
 	call    engine.LeaseCall
+	retried bool
+}
+
+// Retry is the callout to send at once in place of c, when c got no
+// answer (status 0: a timeout or no connection) or a gateway error
+// (5xx, as Envoy answers when a peer refuses connections): Envoy's load
+// balancer, and the outlier detection of envoy/fleet.yaml, take it to
+// another peer, so one peer down costs no fallback. A call is retried
+// once (engine.LeaseCall.Retry says what is sent again), and a dispatch
+// the host refused is not: another attempt would be refused the same way.
+func (c *FleetCall) Retry(status int) (FleetCall, bool) {
+	if c.retried || (status != 0 && status < 500) || len(c.call.Hits) == 0 {
+		return FleetCall{}, false
+	}
+	call := c.call.Retry()
+	if len(call.Hits) == 0 {
+		return FleetCall{}, false
+	}
+	return FleetCall{Limit: c.Limit, Cluster: c.Cluster, Timeout: c.Timeout,
+		Body: appendLeaseRequest(nil, call), call: call, retried: true}, true
 }
 
 // FleetCalls runs the fleet step of every fleet limit at the current time

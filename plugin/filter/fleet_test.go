@@ -85,6 +85,37 @@ func TestLeaseRequestIsGetRateLimitsJSON(t *testing.T) {
 	}
 }
 
+func TestFleetRetryIsOnceAndNeverGivesBackTwice(t *testing.T) {
+	call := engine.LeaseCall{ID: 3, Hits: []engine.LeaseHit{
+		{Window: 7, Demand: true, Key: "k/7/demand", Hits: 9, Limit: 1 << 40},
+		{Window: 7, Key: "k/7", Hits: -5, Limit: 300},
+		{Window: 8, Key: "k/8", Hits: 40, Limit: 300},
+	}}
+	c := FleetCall{Limit: 1, Cluster: "gubernator", Timeout: time.Second, call: call}
+	for _, status := range []int{200, 404, 429} {
+		if _, ok := c.Retry(status); ok {
+			t.Errorf("status %d retried: an answer is not retried", status)
+		}
+	}
+	for _, status := range []int{0, 502, 503, 504} {
+		r, ok := c.Retry(status)
+		if !ok {
+			t.Fatalf("status %d not retried", status)
+		}
+		if len(r.call.Hits) != 2 || r.call.Hits[0] != call.Hits[0] || r.call.Hits[1] != call.Hits[2] || r.call.ID != 3 ||
+			r.Limit != 1 || r.Cluster != "gubernator" || string(r.Body) != string(appendLeaseRequest(nil, r.call)) {
+			t.Errorf("status %d: retry %+v, want the same call without its give-back", status, r)
+		}
+		if _, again := r.Retry(status); again {
+			t.Errorf("status %d: a retry was retried", status)
+		}
+	}
+	onlyGiveBack := FleetCall{call: engine.LeaseCall{Hits: []engine.LeaseHit{{Hits: -5}}}}
+	if _, ok := onlyGiveBack.Retry(0); ok {
+		t.Error("a call of give-backs only was retried with nothing in it")
+	}
+}
+
 func TestParseLeaseReplies(t *testing.T) {
 	// The first answer is what Gubernator v2.4.0's gateway wrote in a
 	// by-hand run; the others are the garbage a broken cluster may send.

@@ -237,8 +237,8 @@ func TestCostChargesUnits(t *testing.T) {
 	if o.Decision.Allowed || o.Decision.Reason != engine.ReasonOverLimit {
 		t.Fatalf("second export = %+v, want over_limit with 2 units left for a cost of 5", o)
 	}
-	if o.Decision.Remaining != 2 {
-		t.Errorf("rejected cost-5 request left remaining %d, want 2: a rejection takes nothing", o.Decision.Remaining)
+	if o.Decision.Remaining != 0 {
+		t.Errorf("rejected cost-5 request says remaining %d: a 429 never says there is room", o.Decision.Remaining)
 	}
 	r := f.Reply(o)
 	// The clock starts on a window boundary and moved 1 s: the aligned

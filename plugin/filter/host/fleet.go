@@ -16,7 +16,7 @@ import (
 // fleetCounters are a fleet limit's metrics (docs/contract.md, "Fleet
 // mode"), defined with the limit's others and flushed with them on tick.
 type fleetCounters struct {
-	callouts  counter // callouts sent (by this process's syncer)
+	callouts  counter // callouts attempted (by this process's syncer), retries included
 	failures  counter // callouts that failed, timed out or got garbage
 	fallbacks counter // fallback episodes opened
 	leased    counter // units leased from Gubernator
@@ -59,13 +59,21 @@ func (p *pluginContext) dispatch(c filter.FleetCall) {
 		func(_, bodySize, _ int) {
 			defer guard(p, "fleet callout", nil)
 			status, body := calloutAnswer(bodySize)
+			if r, ok := c.Retry(status); ok {
+				p.dispatch(r)
+				return
+			}
 			p.fleetDone(&c, status, body, nil)
 		})
+	p.limits[c.Limit].fleet.callouts.pending++ // every attempt, so failures never outnumber callouts
 	if err != nil {
+		// Logged every time, not once per episode: a refused dispatch is a
+		// configuration error (a cluster Envoy does not know), not an outage.
+		cfg := &p.filter.Settings().Limits[c.Limit]
+		proxywasm.LogErrorf("borrowcycle: %s: fleet: Envoy refused the callout to cluster %q (%v): is fleet.cluster the name of a cluster of this Envoy?",
+			cfg.Name, c.Cluster, err)
 		p.fleetDone(&c, 0, nil, errors.New("dispatch to cluster "+strconv.Quote(c.Cluster)+": "+err.Error()))
-		return
 	}
-	p.limits[c.Limit].fleet.callouts.pending++ // sent: a refused dispatch counts only as a failure
 }
 
 // calloutAnswer reads the answer's status (0 when Envoy got none: a
@@ -106,7 +114,7 @@ func (p *pluginContext) fleetDone(c *filter.FleetCall, status int, body []byte, 
 		proxywasm.LogWarnf("borrowcycle: %s: fleet: Gubernator (cluster %q) failed: %s; admitting at most fallback_capacity=%d per window until it answers",
 			cfg.Name, c.Cluster, ev.Cause, cfg.Engine.Fleet.Fallback)
 	case ev.Rejoined:
-		proxywasm.LogInfof("borrowcycle: %s: fleet: Gubernator (cluster %q) answers again; leasing from the fleet capacity (the fallback stays in force to the end of the next window)",
+		proxywasm.LogInfof("borrowcycle: %s: fleet: Gubernator (cluster %q) answers again; leasing from the fleet capacity (the fallback stays the floor of this window)",
 			cfg.Name, c.Cluster)
 	}
 }

@@ -59,24 +59,52 @@ func TestFleetCalloutsAndFallbackEpisode(t *testing.T) {
 		}
 		h.advance(500 * time.Millisecond)
 		h.Tick()
+		// A gateway error is retried once, at once; a second one fails.
 		h.CallOnHttpCallResponse(h.lastCallout(1).CalloutID, [][2]string{{":status", "503"}}, nil, nil)
+		h.CallOnHttpCallResponse(h.lastCallout(2).CalloutID, [][2]string{{":status", "503"}}, nil, nil)
 		if warns := h.logsContaining("fleet: Gubernator"); len(warns) != 1 {
 			t.Errorf("fallback logs %q, want one line for the episode", warns)
 		}
 		// An answer closes the episode.
 		h.advance(500 * time.Millisecond)
 		h.Tick()
-		h.answerAll(h.lastCallout(2))
+		h.answerAll(h.lastCallout(3))
 		if infos := h.logsContaining("answers again"); len(infos) != 1 {
 			t.Errorf("rejoin logs %q, want one", infos)
 		}
 		h.flushMetrics()
 		h.checkCounters("borrowcycle.fleethost.fleet.", map[string]uint64{
-			"callouts": 3, "failures": 2, "fallbacks": 1,
+			"callouts": 4, "failures": 2, "fallbacks": 1,
 		})
 		if n := h.counter("borrowcycle.fleethost.panics"); n != 0 {
 			t.Errorf("%d panics", n)
 		}
+	})
+}
+
+// A callout that got no answer goes out once more at once, so that a peer
+// that is down costs no fallback when another one answers.
+func TestFleetRetriesAnUnansweredCallout(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, strings.Replace(fleetTestConfig, "fleethost", "fleetretry", 1))
+		h.Tick()
+		first := h.lastCallout(0)
+		h.CallOnHttpCallResponse(first.CalloutID, [][2]string{{":status", "503"}}, nil, []byte("upstream connect error"))
+		retry := h.lastCallout(1)
+		if string(retry.Body) != string(first.Body) {
+			t.Errorf("retry %s, want the same leases as %s", retry.Body, first.Body)
+		}
+		h.answerAll(retry)
+		if warns := h.logsContaining("fleet: Gubernator"); len(warns) != 0 {
+			t.Errorf("fallback logs %q after a retry that was answered", warns)
+		}
+		if got := h.admittedOf("a", 3); got != 1 {
+			t.Errorf("admitted %d on the lease the retry got, want 1", got)
+		}
+		h.flushMetrics()
+		h.checkCounters("borrowcycle.fleetretry.fleet.", map[string]uint64{
+			"callouts": 2, "failures": 0, "fallbacks": 0, "leased": 1,
+		})
 	})
 }
 
