@@ -70,8 +70,9 @@ envoy:
 wrk:
 	@./tools/getwrk.sh
 
-# Gubernator v2.4.0 (pinned in tools/gubernator/go.mod), built into
-# build/gubernator once, for the fleet-mode e2e tests (e2e/fleet_test.go).
+# Gubernator v2.13.0 (github.com/gubernator-io/gubernator/v2, pinned in
+# tools/gubernator/go.mod), built into build/gubernator once, for the
+# fleet-mode e2e tests (e2e/fleet_test.go, e2e/gubernator_stall_test.go).
 gubernator:
 	@GO=$(GO) ./tools/getgubernator.sh $(GUBERNATOR)
 

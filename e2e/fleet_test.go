@@ -189,6 +189,7 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 	const phase = 6 // windows
 	load := startLoad(tgs)
 	start := waitWindowStart()
+	callouts0 := []int64{statOf(t, tgs[0], "callouts"), statOf(t, tgs[1], "callouts")}
 	load.set(8, 2) // 80/20
 	time.Sleep(phase * fleetCycle)
 	load.set(2, 8) // moved mid-test
@@ -221,12 +222,10 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 		t.Logf("window %2d: admitted %3d + %3d = %3d of %d (%.2f); asked %4d + %4d", k-k0, adm[0], adm[1], total, fleetCap,
 			float64(total)/fleetCap, ask[0], ask[1])
 		worst = max(worst, float64(total)/fleetCap)
-		// The replica with more demand holds more within two windows of a
-		// change of split, over the windows after those two. (Single
-		// windows may still go the other way, and on a loaded host do,
-		// often: the demand split is read from the previous and current
-		// windows' posts, and a callout that times out puts a replica on its
-		// fallback for two windows. The count of windows it won is logged.)
+		// The split is judged over the windows after the two that follow a
+		// change of split: the demand split is read from the previous and
+		// current windows' posts. (The count of single windows the heavy
+		// replica won is logged.)
 		if (k-k0)%phase < 2 {
 			continue
 		}
@@ -244,21 +243,25 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 	}
 	for p := range phaseHeavy {
 		settled := phase - 2
-		t.Logf("split %d: the replica with 80%% of the demand admitted %d to the other's %d, and more in %d of %d settled windows",
-			p+1, phaseHeavy[p], phaseLight[p], phaseWins[p], settled)
-		if phaseHeavy[p] <= phaseLight[p] {
-			t.Errorf("split %d: the replica with 80%% of the demand admitted %d, the other %d: want more", p+1, phaseHeavy[p], phaseLight[p])
+		share := float64(phaseHeavy[p]) / float64(max(1, phaseHeavy[p]+phaseLight[p]))
+		t.Logf("split %d: the replica with 80%% of the demand admitted %d to the other's %d (%.2f), and more in %d of %d settled windows",
+			p+1, phaseHeavy[p], phaseLight[p], share, phaseWins[p], settled)
+		if share < 0.75 {
+			t.Errorf("split %d: the replica with 80%% of the demand admitted %.2f of the settled windows' admissions, want ≥ 0.75", p+1, share)
 		}
 	}
-	callouts := []int64{statOf(t, tgs[0], "callouts"), statOf(t, tgs[1], "callouts")}
+	callouts := []int64{statOf(t, tgs[0], "callouts") - callouts0[0], statOf(t, tgs[1], "callouts") - callouts0[1]}
 	secs := end.Sub(start).Seconds()
+	for i, tg := range tgs {
+		t.Logf("envoy %d: leased %d, gave back %d, %d callouts failed", i, statOf(t, tg, "leased"), statOf(t, tg, "given_back"), statOf(t, tg, "failures"))
+	}
 	t.Logf("FLEET figures (%d settled windows of %s, fleet capacity %d):", n, fleetCycle, fleetCap)
 	t.Logf("  fleet admitted per window / capacity: mean %.2f, worst %.2f (edge admissions included)", sumAdmitted/float64(n)/fleetCap, worst)
 	t.Logf("  budget split (heavy replica's share of admissions) %.2f vs demand split %.2f", sumHeavyAdm/sumAdmitted, sumHeavyAsk/sumAsk)
-	t.Logf("  callouts per second per Envoy: %.1f and %.1f (sync_interval 200ms; counted from start-up)",
+	t.Logf("  callouts per second per Envoy: %.1f and %.1f (sync_interval 200ms; retries included)",
 		float64(callouts[0])/secs, float64(callouts[1])/secs)
-	if sumAdmitted/float64(n) < fleetCap/2 {
-		t.Errorf("the fleet used %.0f of %d per window: capacity left idle", sumAdmitted/float64(n), fleetCap)
+	if sumAdmitted/float64(n) < 0.95*fleetCap {
+		t.Errorf("the fleet used %.1f of %d per settled window: want ≥ 0.95 of it", sumAdmitted/float64(n), fleetCap)
 	}
 }
 
@@ -525,5 +528,77 @@ func TestFleetMisspelledClusterIsLoggedEveryTime(t *testing.T) {
 	}
 	if admitted == 0 || admitted > 3*fleetFallback {
 		t.Errorf("admitted %d in 3 s (parts of at most three windows), want the fallback (%d per window)", admitted, fleetFallback)
+	}
+}
+
+// One peer of two stalled (SIGSTOP), then one down (killed): no peer dies
+// while the filter's callouts time out on the stalled owner, the fleet
+// keeps serving throughout, and with one peer down it keeps most of its
+// capacity: callouts that get no answer are retried on the other peer,
+// and the fallback lasts only until an answer.
+func TestFleetOnePeerStalledOrDown(t *testing.T) {
+	g := startGubernator(t, 2)
+	tgs := []*target{
+		fleetEnvoy(t, "envoy-a", fleetConfig(), g.httpPorts()),
+		fleetEnvoy(t, "envoy-b", fleetConfig(), g.httpPorts()),
+	}
+	load := startLoad(tgs)
+	start := waitWindowStart()
+	load.set(5, 5)
+	time.Sleep(2 * fleetCycle)
+	g.pause(0)
+	stalled := time.Now()
+	t.Log("peer 0 stalled (SIGSTOP)")
+	time.Sleep(3 * fleetCycle)
+	g.resume(0)
+	resumed := time.Now()
+	t.Log("peer 0 resumed")
+	time.Sleep(2 * fleetCycle)
+	for i := range g.peers {
+		if g.exited(i) {
+			t.Fatalf("peer %d died while callouts timed out on the stalled peer 0:\n%s", i, g.logTail(i, 3000))
+		}
+	}
+	g.stop(1)
+	down := time.Now()
+	t.Log("peer 1 stopped")
+	const outage = 6 // windows
+	time.Sleep(outage * fleetCycle)
+	rs := load.finish()
+	end := time.Now()
+
+	all := tally(rs, 2, fleetCap+2*fleetFallback, start, end)
+	if all.errors > 0 {
+		t.Errorf("%d requests failed", all.errors)
+	}
+	if v := all.check.Violations(); len(v) > 0 {
+		t.Errorf("over capacity + fallbacks: %v", v)
+	}
+	// Stalled: every window wholly inside the stall still serves.
+	for k := windowIndex(stalled) + 1; k < windowIndex(resumed); k++ {
+		adm := all.admitted[k]
+		t.Logf("stall window %d: admitted %d + %d", k-windowIndex(stalled), adm[0], adm[1])
+		if adm[0]+adm[1] == 0 {
+			t.Errorf("stall window %d: nothing admitted", k-windowIndex(stalled))
+		}
+	}
+	// Down: the windows wholly inside the outage, from the first one.
+	var sum int
+	n := 0
+	for k := windowIndex(down) + 1; k < windowIndex(end); k++ {
+		adm := all.admitted[k]
+		t.Logf("one-down window %d: admitted %d + %d = %d of %d", k-windowIndex(down), adm[0], adm[1], adm[0]+adm[1], fleetCap)
+		sum += adm[0] + adm[1]
+		n++
+	}
+	avail := float64(sum) / float64(max(n, 1)*fleetCap)
+	failures := []int64{statOf(t, tgs[0], "failures"), statOf(t, tgs[1], "failures")}
+	t.Logf("FLEET one peer of two down: the fleet admitted %.2f of its capacity over %d windows; failed callouts over the run %v, fallback episodes %d and %d",
+		avail, n, failures, statOf(t, tgs[0], "fallbacks"), statOf(t, tgs[1], "fallbacks"))
+	if n < outage-2 || avail < 0.8 {
+		t.Errorf("one peer of two down: the fleet admitted %.2f of its capacity over %d windows, want ≥ 0.8", avail, n)
+	}
+	if g.exited(0) {
+		t.Errorf("peer 0 died:\n%s", g.logTail(0, 3000))
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // A Gubernator cluster on loopback for the fleet-mode tests: the binary
-// make builds from tools/gubernator (Gubernator v2.4.0's daemon with static
+// make builds from tools/gubernator (Gubernator v2.13.0's daemon with static
 // peers), BORROWCYCLE_GUBERNATOR. Like Envoy, a missing binary skips the
 // tests, or fails them under BORROWCYCLE_REQUIRE_ENVOY=1.
 
@@ -133,6 +133,67 @@ func (c *gubernatorCluster) stop(i int) {
 	p.cmd = nil
 }
 
+// pause stops peer i with SIGSTOP, as a host that stalls: its sockets stay
+// open, so callers connect and then wait for an answer that does not come
+// until resume continues it.
+func (c *gubernatorCluster) pause(i int) {
+	c.t.Helper()
+	p := c.peers[i]
+	if p.cmd == nil {
+		c.t.Fatalf("pause: gubernator peer %d is not running", i)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("pause gubernator peer %d: %v", i, err)
+	}
+}
+
+// resume continues peer i after pause (nothing when it runs already).
+func (c *gubernatorCluster) resume(i int) {
+	c.t.Helper()
+	p := c.peers[i]
+	if p.cmd == nil {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		select {
+		case <-p.done:
+		default:
+			c.t.Fatalf("resume gubernator peer %d: %v", i, err)
+		}
+	}
+}
+
+// exited reports whether peer i's process, started and not stopped by
+// stop, has exited on its own.
+func (c *gubernatorCluster) exited(i int) bool {
+	p := c.peers[i]
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// logTail is at most n bytes of peer i's log since its latest start: from
+// its first panic if it has one, else its end.
+func (c *gubernatorCluster) logTail(i int, n int) string {
+	p := c.peers[i]
+	b, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("gubernator-%d-%d.log", i, p.starts)))
+	if err != nil {
+		return err.Error()
+	}
+	if at := bytes.Index(b, []byte("panic:")); at >= 0 {
+		b = b[at:]
+	} else if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b[:min(len(b), n)])
+}
+
 // waitReady polls every running peer until each answers a probe of 16
 // keys (spread over every owner) without an error.
 func (c *gubernatorCluster) waitReady() {
@@ -161,7 +222,13 @@ func (c *gubernatorCluster) waitReady() {
 }
 
 func postGubernator(port int, body []byte) (string, error) {
-	cl := &http.Client{Timeout: 2 * time.Second}
+	return postGubernatorWithin(port, body, 2*time.Second)
+}
+
+// postGubernatorWithin is postGubernator giving up after timeout, as the
+// filter gives up a callout after its fleet.timeout.
+func postGubernatorWithin(port int, body []byte, timeout time.Duration) (string, error) {
+	cl := &http.Client{Timeout: timeout}
 	resp, err := cl.Post("http://127.0.0.1:"+strconv.Itoa(port)+"/v1/GetRateLimits", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return "", err

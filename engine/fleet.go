@@ -145,6 +145,10 @@ type fleetSlot struct {
 	total  int64 // the fleet's demand at the last sync; 0: unknown
 	used   int64 // the budget's granted at the last sync of the window
 	rem    int64 // what the key had left at its last answer; -1: no answer yet
+	// The demand split is read from what the fleet's demand grew by since
+	// the window's first answer (see fairShare): the others' demand then
+	// (total − posted; -1: no answer yet), and this process's posted.
+	base, baseMine int64
 }
 
 // fleetState is the fleet record.
@@ -163,7 +167,7 @@ const noWindow = math.MinInt64
 func newFleetState() fleetState {
 	s := fleetState{fallbackUntil: noWindow}
 	for i := range s.slots {
-		s.slots[i] = fleetSlot{window: noWindow, rem: -1}
+		s.slots[i] = fleetSlot{window: noWindow, rem: -1, base: -1}
 	}
 	return s
 }
@@ -371,10 +375,11 @@ func (w *fleetWorker) done(v *view, k int64, call LeaseCall, replies []LeaseRepl
 // fleetWorker.updateFleet only.
 
 // The fleet record's encoding: a version byte, five integers, the down flag,
-// and fleetSlots slots of seven integers, little-endian.
+// and fleetSlots slots of nine integers, little-endian.
 const (
-	fleetVersion = 2
-	fleetLen     = 1 + 5*8 + 1 + fleetSlots*7*8 + sealLen
+	fleetVersion = 3
+	slotLen      = 9 * 8
+	fleetLen     = 1 + 5*8 + 1 + fleetSlots*slotLen + sealLen
 )
 
 func appendFleet(dst []byte, s *fleetState) []byte {
@@ -398,6 +403,8 @@ func appendFleet(dst []byte, s *fleetState) []byte {
 		dst = le.AppendUint64(dst, uint64(sl.total))
 		dst = le.AppendUint64(dst, uint64(sl.used))
 		dst = le.AppendUint64(dst, uint64(sl.rem))
+		dst = le.AppendUint64(dst, uint64(sl.base))
+		dst = le.AppendUint64(dst, uint64(sl.baseMine))
 	}
 	return seal(dst)
 }
@@ -422,10 +429,11 @@ func decodeFleet(b []byte) (fleetState, error) {
 		down:          b[41] == 1,
 	}
 	for i := range s.slots {
-		o := 42 + i*56
-		sl := fleetSlot{window: u(o), leased: u(o + 8), asked: u(o + 16), posted: u(o + 24), total: u(o + 32), used: u(o + 40), rem: u(o + 48)}
+		o := 42 + i*slotLen
+		sl := fleetSlot{window: u(o), leased: u(o + 8), asked: u(o + 16), posted: u(o + 24), total: u(o + 32), used: u(o + 40), rem: u(o + 48),
+			base: u(o + 56), baseMine: u(o + 64)}
 		if !inRange(sl.leased) || !inRange(sl.asked) || !inRange(sl.posted) || !inRange(sl.total) || !inRange(sl.used) ||
-			sl.rem < -1 || sl.rem > MaxCapacity {
+			sl.rem < -1 || sl.rem > MaxCapacity || sl.base < -1 || sl.base > MaxCapacity || !inRange(sl.baseMine) {
 			return fleetState{}, fmt.Errorf("%w: impossible fleet slot", errCorrupt)
 		}
 		s.slots[i] = sl
@@ -492,6 +500,9 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 			if sl := s.slot(h.Window); sl != nil && !r.Over {
 				sl.posted += h.Hits
 				sl.total = max(h.Limit-r.Remaining, sl.asked)
+				if sl.base < 0 {
+					sl.base, sl.baseMine = max(0, sl.total-sl.posted), sl.posted
+				}
 			}
 			continue
 		}
@@ -515,10 +526,10 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 }
 
 // consumed reports whether Gubernator took a lease's hits. A refused hit
-// is answered OVER_LIMIT and leaves remaining < hits. But Gubernator
-// v2.4.0's token bucket keeps the status of the last hit that found the key
-// at 0: from then on it answers OVER_LIMIT to every hit on the key, consumed
-// or not. So a hit that leaves remaining ≥ hits was consumed whatever the
+// is answered OVER_LIMIT and leaves remaining < hits. But Gubernator's
+// token bucket (v2.4.0, and v2.13.0 still) keeps the status of the last
+// hit that found the key at 0: from then on it answers OVER_LIMIT to every
+// hit on the key, consumed or not. So a hit that leaves remaining ≥ hits was consumed whatever the
 // status says; an OVER_LIMIT below that is taken as refused, which at worst
 // leaves units counted and unused (never granted twice). Asking at most
 // half of what the key had left (capLease) keeps that case rare.

@@ -9,8 +9,8 @@ import (
 	"github.com/borrowcycle/borrowcycle/internal/capcheck"
 )
 
-// fakeGubernator answers callouts the way Gubernator v2.4.0's token bucket
-// does for one window key: hits up to what remains are consumed, more are
+// fakeGubernator answers callouts the way Gubernator's token bucket
+// (v2.4.0 to v2.13.0) does for one window key: hits up to what remains are consumed, more are
 // refused whole (OVER_LIMIT, nothing consumed), negative hits give back,
 // hits 0 only read. And its quirk: once a positive hit finds the key at 0,
 // every later answer on the key says OVER_LIMIT, consumed or not.
@@ -343,14 +343,20 @@ func TestSizeLeases(t *testing.T) {
 		{"early: the share blends the previous window's demand, fading over the first quarter",
 			state(noWindow, slot(4, 1000, 1000, 100, 1000), slot(5, 380, 380, 300, 400)), 1250 * ms, 8750 * ms, leasePlan{lease: 9}},
 		{"early: holding more than its share gives the excess back", state(noWindow, slot(5, 300, 100, 1000, 4000)), 4000 * ms, 6000 * ms, leasePlan{giveBack: 50}},
-		{"late: what is left goes to need (1000 in 6 s: 2 x 42)", state(noWindow, slot(5, 200, 200, 1000, 4000)), 6000 * ms, 4000 * ms, leasePlan{lease: 84}},
+		{"late: no race for the others' shares before the key's remaining is known", state(noWindow, slot(5, 200, 200, 1000, 4000)), 6000 * ms, 4000 * ms, leasePlan{lease: 50}},
+		{"late: the rest of its share goes to need (1000 in 6 s: 2 x 42)", state(noWindow, withRem(slot(5, 200, 200, 1000, 1200), 700)), 6000 * ms, 4000 * ms, leasePlan{lease: 84}},
+		{"late: beyond its share, only what the others cannot use", state(noWindow, withRem(slot(5, 200, 200, 100, 1000), 700)), 6000 * ms, 4000 * ms, leasePlan{lease: 15}},
+		{"late: nothing beyond its share while the others need theirs", state(noWindow, withRem(slot(5, 200, 200, 100, 4000), 700)), 6000 * ms, 4000 * ms, leasePlan{}},
 		{"bounded by half the key's remaining", state(noWindow, withRem(slot(5, 200, 200, 1000, 4000), 30)), 6000 * ms, 4000 * ms, leasePlan{lease: 15}},
 		{"a key with nothing left is probed, not hit", state(noWindow, withRem(slot(5, 200, 200, 1000, 4000), 0)), 6000 * ms, 4000 * ms, leasePlan{probe: true}},
 		{"bounded by the process capacity", state(noWindow, slot(5, 990, 990, 6000, 0)), 6000 * ms, 4000 * ms, leasePlan{lease: 10}},
 		{"idle: gives back above 1.5 x the target", state(noWindow, slot(5, 300, 100, 100, 0)), 5000 * ms, 5000 * ms, leasePlan{giveBack: 185}},
 		{"near the end: leases ahead", state(noWindow, slot(5, 560, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{ahead: 100}},
 		{"near the end: gives back what the rest does not need", state(noWindow, slot(5, 600, 500, 1980, 0)), 9900 * ms, 100 * ms, leasePlan{giveBack: 60, ahead: 100}},
-		{"the share counts demand not yet posted", state(noWindow, fleetSlot{window: 5, leased: 450, used: 450, asked: 1000, posted: 500, total: 1500, rem: -1}), 4000 * ms, 6000 * ms, leasePlan{lease: 50}},
+		{"the share is what each side's demand grew by since the window's first answer (1000 of 4000: 250), not the totals (1000 of 4400)",
+			state(noWindow, fleetSlot{window: 5, leased: 200, used: 200, asked: 1000, posted: 1000, total: 4400, rem: -1, base: 400}), 4000 * ms, 6000 * ms, leasePlan{lease: 50}},
+		{"before the window's first answer, the previous window's split alone (100 of 1000)", state(noWindow, slot(4, 1000, 1000, 100, 1000),
+			fleetSlot{window: 5, leased: 0, used: 0, asked: 1000, posted: 1000, total: 1000, rem: -1, base: -1}), 1000 * ms, 9000 * ms, leasePlan{lease: 100}},
 		{"ahead: no more than this window's demand share", state(noWindow, slot(5, 560, 500, 1950, 39000)), 9750 * ms, 250 * ms, leasePlan{ahead: 50}},
 		{"under a fallback, leasing goes on: what Gubernator grants, it counts", state(6, slot(5, 500, 500, 1950, 0)), 9750 * ms, 250 * ms, leasePlan{lease: 100, ahead: 100}},
 		{"the first lease of a key asks at most half the fleet capacity", state(noWindow, slot(5, 0, 0, 0, 0), slot(4, 0, 0, 20000, 0)), 0, cycle, leasePlan{lease: 500}},

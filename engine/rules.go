@@ -1215,7 +1215,7 @@ func (s *fleetState) claim(k int64) *fleetSlot {
 			old = &s.slots[i]
 		}
 	}
-	*old = fleetSlot{window: k, rem: -1}
+	*old = fleetSlot{window: k, rem: -1, base: -1}
 	return old
 }
 
@@ -1252,7 +1252,8 @@ type leasePlan struct {
 // what is left, so unused units go back before the window ends; then it
 // also leases ahead for the start of the next window, so that no request
 // waits for a callout at the roll. Until the window is half over, it holds
-// no more than its demand's share of the fleet capacity (fairShare).
+// no more than its demand's share of the fleet capacity (fairShare); after
+// that, its share and what the others cannot use of theirs (surplus).
 func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64) leasePlan {
 	var p leasePlan
 	interval := int64(f.SyncInterval)
@@ -1277,6 +1278,8 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 	early := 2*elapsed < cycle
 	if early {
 		room = min(room, fair-cur.leased)
+	} else {
+		room = min(room, max(0, fair-cur.leased)+surplus(cur, f.Capacity, fair, elapsed, left))
 	}
 	switch {
 	case early && cur.leased > fair && headroom > 0:
@@ -1305,6 +1308,16 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 // and alone it would hand the first process to sync the whole capacity; so
 // the previous window's demand counts too, fading out over the first
 // quarter of this one, after which the split follows this window's demand.
+//
+// The parts are what each side's demand grew by since the process's first
+// answer in the window, not their totals: when it reads the key, the
+// others have posted their demand up to their last sync, which may be
+// almost a sync interval older than its own, and by as much at every read
+// for a run, since every process syncs on the same period. Totals would
+// give the process that reads right before the others post a share too
+// large for good (and a lease is kept once taken); between two of its
+// reads, though, every other process posted exactly as many intervals of
+// demand as it did.
 func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 	var mine, all float64
 	prevWeight := max(0, 1-4*float64(elapsed)/float64(cycle))
@@ -1312,17 +1325,39 @@ func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 		k      int64
 		weight float64
 	}{{k - 1, prevWeight}, {k, 1}} {
-		if sl := s.slot(w.k); sl != nil && sl.total > 0 && w.weight > 0 {
-			// The fleet's demand as last counted, plus this process's
-			// demand not yet posted to it.
-			mine += w.weight * float64(sl.asked)
-			all += w.weight * float64(sl.total+max(0, sl.asked-sl.posted))
+		sl := s.slot(w.k)
+		if sl == nil || sl.base < 0 || w.weight <= 0 {
+			continue
 		}
+		own := float64(max(0, sl.posted-sl.baseMine))
+		others := float64(max(0, sl.total-sl.posted-sl.base))
+		mine += w.weight * own
+		all += w.weight * (own + others)
 	}
 	if all <= 0 || mine >= all {
 		return fleetCap
 	}
 	return int64(math.Ceil(float64(fleetCap) * mine / all))
+}
+
+// surplus is what a process may lease beyond its fair share late in a
+// window: what the key has left (rem) beyond the rest of this process's
+// share and what the other processes can still use of theirs. Their part of the fleet's demand, at the
+// rate they asked so far, sizes what they can use until the window ends;
+// what they leased is the capacity less the key's remaining and this
+// process's lease. So a share that its process does not need goes to
+// whoever does, and one that its process is using is not raced for.
+// Nothing while the key's remaining or the fleet's demand is unknown.
+func surplus(cur *fleetSlot, fleetCap, fair, elapsed, left int64) int64 {
+	if cur.rem < 0 || cur.total <= 0 || elapsed <= 0 {
+		return 0
+	}
+	othersLeased := max(0, fleetCap-cur.rem-cur.leased)
+	othersUnmet := max(0, fleetCap-fair-othersLeased)
+	othersAsked := max(0, cur.total-min(cur.posted, cur.asked))
+	othersNeed := int64(math.Ceil(float64(othersAsked) * float64(left) / float64(elapsed)))
+	mine := max(0, fair-cur.leased) // the part of rem that is this process's own share
+	return max(0, cur.rem-mine-min(othersUnmet, othersNeed))
 }
 
 // capLease bounds a lease by room (the process's own capacity left, and its

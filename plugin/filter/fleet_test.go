@@ -117,7 +117,7 @@ func TestFleetRetryIsOnceAndNeverGivesBackTwice(t *testing.T) {
 }
 
 func TestParseLeaseReplies(t *testing.T) {
-	// The first answer is what Gubernator v2.4.0's gateway wrote in a
+	// The first answer is what Gubernator's gateway (v2.13.0) wrote in a
 	// by-hand run; the others are the garbage a broken cluster may send.
 	good := `{"responses":[{"status":"UNDER_LIMIT", "limit":"100", "remaining":"70", "reset_time":"1795445237675", "error":"", "metadata":{"owner":"127.0.0.1:19052"}},
 		{"status":"OVER_LIMIT", "limit":"100", "remaining":70, "error":""}]}`
