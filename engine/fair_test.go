@@ -47,29 +47,61 @@ func TestFairAllocateIsMaxMin(t *testing.T) {
 	}
 }
 
-// TestBorrowGateRoom: the gate's three tiers on a budget of capacity 100.
+// TestBorrowGateRoom: the gate's three tiers on a budget of capacity 100,
+// and the late level a take leaves.
 func TestBorrowGateRoom(t *testing.T) {
+	past := func(excess float64, keep int64, elapsed float64) borrowGate {
+		return borrowGate{on: true, past: true, excess: excess, weight: 1, keep: keep, elapsed: elapsed}
+	}
 	for _, tc := range []struct {
 		name             string
 		gate             borrowGate
 		allowed, granted int64
+		late             float64 // the late level before the take
 		want             int64
+		wantLate         float64
 	}{
-		{"off", borrowGate{}, 30, 90, 30},
-		{"own units need no pool", borrowGate{on: true, own: 25, level: 40, elapsed: 0}, 30, 50, 25},
-		{"up to the level from the pool", borrowGate{on: true, own: 0, level: 40, elapsed: 0.5}, 30, 40, 10},
-		{"a unit is lendable as it starts to accrue", borrowGate{on: true, own: 0, level: 40, elapsed: 0.501}, 30, 40, 11},
-		{"the level bounds the pool", borrowGate{on: true, own: 0, level: 3, elapsed: 0.5}, 30, 44, 3},
-		{"beyond the level, the late pool", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 0.5}, 30, 20, 29}, // ⌈100 × (0.5 − 1/32) / (31/32)⌉ − 20
-		{"under the level, no late pool", borrowGate{on: true, own: 0, level: 0, elapsed: 0.5}, 30, 20, 0},
-		{"at its accrued level, the late pool past the reserve", borrowGate{on: true, own: 0, level: 0, entitled: true, elapsed: 0.5}, 30, 20, 23}, // 29 − 100/16
-		{"at its accrued level, no rounding dribble", borrowGate{on: true, own: 0, level: 0, entitled: true, elapsed: 0.5}, 30, 44, 0},
-		{"nothing accrued yet", borrowGate{on: true, own: 0, level: 40, elapsed: 0.1}, 30, 20, 0},
-		{"the budget bounds everything", borrowGate{on: true, own: 25, level: 40, elapsed: 1}, 3, 97, 3},
-		{"everything lendable at the end", borrowGate{on: true, own: 0, level: 0, beyond: true, elapsed: 1}, 30, 80, 20},
+		{"off", borrowGate{}, 30, 90, 0, 30, 0},
+		{"own units need no pool", borrowGate{on: true, own: 25, level: 40, elapsed: 0}, 30, 50, 0, 25, 0},
+		{"up to the entitlement from the pool", borrowGate{on: true, own: 0, level: 40, elapsed: 0.5}, 30, 40, 0, 10, 0},
+		{"a unit is lendable as it starts to accrue", borrowGate{on: true, own: 0, level: 40, elapsed: 0.501}, 30, 40, 0, 11, 0},
+		{"the entitlement bounds the pool", borrowGate{on: true, own: 0, level: 3, elapsed: 0.5}, 30, 44, 0, 3, 0},
+		{"under its entitlement, no late pool", borrowGate{on: true, own: 0, level: 0, elapsed: 0.5}, 30, 20, 5, 0, 5},
+		// The late pool at half the window: ⌈100 × (0.5 − 1/32) / (31/32)⌉ = 49 units accrued.
+		{"below the late level, up to it", past(1, 2, 0.5), 30, 45, 3, 2, 3},
+		{"at the late level, a raise leaves keep units", past(3, 2, 0.5), 30, 20, 3, 27, 30},
+		{"a raise by one unit", past(3, 2, 0.5), 1, 20, 3, 1, 4},
+		{"no raise into the units kept", past(3, 2, 0.5), 1, 47, 3, 0, 3},
+		{"below the level, the kept units too", past(2, 2, 0.5), 1, 47, 3, 1, 3},
+		{"nothing kept for nobody", past(3, 0, 0.5), 1, 48, 3, 1, 4},
+		{"no take, no raise", past(5, 2, 0.5), 1, 48, 3, 0, 3},
+		{"the level is per weight unit", borrowGate{on: true, past: true, excess: 4, weight: 2, keep: 2, elapsed: 0.5}, 5, 47, 3, 2, 3},
+		{"nothing late yet", past(0, 0, 0.02), 30, 0, 5, 0, 5},
+		{"the budget bounds everything", borrowGate{on: true, own: 25, level: 40, elapsed: 1}, 3, 97, 0, 3, 0},
+		{"everything lendable at the end", past(0, 0, 1), 30, 80, 0, 20, 20},
 	} {
-		if got := tc.gate.room(tc.allowed, tc.granted, 100); got != tc.want {
-			t.Errorf("%s: room = %d, want %d", tc.name, got, tc.want)
+		got, late := tc.gate.room(tc.allowed, tc.granted, 100, tc.late)
+		if got != tc.want || late != tc.wantLate {
+			t.Errorf("%s: room = %d, late level %v; want %d, %v", tc.name, got, late, tc.want, tc.wantLate)
+		}
+	}
+}
+
+// TestFairKeep: a raise of the late level keeps units in the late pool
+// for the other clients only when more than one client wanted more than
+// the level.
+func TestFairKeep(t *testing.T) {
+	for _, tc := range []struct {
+		demands []float64
+		want    int64
+	}{
+		{[]float64{10, 60, 60}, lateKeep}, // level 45: two above it
+		{[]float64{10, 20, 90}, 0},        // level 70: one above it
+		{[]float64{10, 20, 30}, 0},        // everything fits
+	} {
+		pp := Fair{}.params(100, tc.demands, nil)
+		if got := (Fair{}).keep(&pp); got != tc.want {
+			t.Errorf("demands %v (level %v): keep %d, want %d", tc.demands, pp[fairLevel], got, tc.want)
 		}
 	}
 }
@@ -213,6 +245,49 @@ func TestFairLevelIsPriority(t *testing.T) {
 	}
 	if d := got["retrier"] - got["patient"]; d > 2 {
 		t.Errorf("retrier %d vs patient %d: retries bought %d units", got["retrier"], got["patient"], d)
+	}
+}
+
+// TestFairLateLevelSharesTheLatePool: three borrowers wanted 40 each
+// beside a client at 10 (level 30); then one of them goes quiet, and what
+// it leaves comes through the late pool, past the other two's level. The
+// one that asks twice as often gets no more of it than the other: the
+// late level shares the late pool max-min, not by who asks first.
+func TestFairLateLevelSharesTheLatePool(t *testing.T) {
+	cfg := fairConfig(100)
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "fast", "slow", "gone", "small"); err != nil {
+		t.Fatal(err)
+	}
+	cycle := cfg.Cycle
+	l.TickAt(t0)
+	for _, c := range []string{"fast", "slow", "gone"} {
+		evenly(l, 0, c, 40, cycle)
+	}
+	evenly(l, 0, "small", 10, cycle)
+	l.TickAt(t0.Add(cycle))
+	got := map[string]int{}
+	start := t0.Add(cycle)
+	for i := 0; i < 120; i++ {
+		at := start.Add(time.Duration((float64(i) + 0.5) * float64(cycle) / 120))
+		if l.AdmitAt(at, "fast").Allowed {
+			got["fast"]++
+		}
+		if i%2 == 0 && l.AdmitAt(at.Add(time.Microsecond), "slow").Allowed {
+			got["slow"]++
+		}
+		if i%12 == 0 && l.AdmitAt(at.Add(2*time.Microsecond), "small").Allowed {
+			got["small"]++
+		}
+	}
+	if got["small"] != 10 {
+		t.Errorf("small admitted %d of 10", got["small"])
+	}
+	if got["fast"]+got["slow"] < 85 {
+		t.Errorf("fast %d + slow %d of the 90 left: the late pool was not lent", got["fast"], got["slow"])
+	}
+	if d := got["fast"] - got["slow"]; d > 2 {
+		t.Errorf("fast %d vs slow %d: asking twice as often bought %d units of the late pool", got["fast"], got["slow"], d)
 	}
 }
 

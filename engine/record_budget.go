@@ -13,8 +13,8 @@ import (
 
 // budgetVersion and budgetLen: the window budget's encoding.
 const (
-	budgetVersion = 2
-	budgetLen     = 1 + 8*5 + sealLen
+	budgetVersion = 3
+	budgetLen     = 1 + 8*6 + sealLen
 )
 
 // budget is the window budget: units granted to workers in one window, all
@@ -26,7 +26,8 @@ type budget struct {
 	roll     uint64 // the plan id that opened the window: a budget of an older roll is over
 	granted  int64
 	capacity int64
-	end      int64 // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
+	end      int64   // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
+	late     float64 // the fair policy's late level (see borrowGate.room); 0 under the others
 }
 
 // holding bounds a window budget besides its capacity: in fleet mode, what
@@ -44,6 +45,7 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, uint64(v.granted))
 	dst = le.AppendUint64(dst, uint64(v.capacity))
 	dst = le.AppendUint64(dst, uint64(v.end))
+	dst = le.AppendUint64(dst, math.Float64bits(v.late))
 	return seal(dst)
 }
 
@@ -62,9 +64,10 @@ func decodeBudget(b []byte) (budget, error) {
 		roll:     le.Uint64(b[9:]),
 		granted:  int64(le.Uint64(b[17:])),
 		capacity: int64(le.Uint64(b[25:])),
+		late:     math.Float64frombits(le.Uint64(b[41:])),
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
-		v.granted < 0 || v.granted > MaxCapacity {
+		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) {
 		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
@@ -164,8 +167,12 @@ func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 				left = min(left, r.holding.heldIn(r.store, p.window))
 			}
 			allowed := min(delta, max(0, left-v.granted))
-			moved = gate.room(allowed, v.granted, left)
+			var late float64
+			moved, late = gate.room(allowed, v.granted, left, v.late)
 			clipped = moved < allowed
+			if late != v.late {
+				v.late, changed = late, true
+			}
 		} else {
 			moved = -min(-delta, v.granted)
 		}

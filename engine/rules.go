@@ -12,7 +12,7 @@ package engine
 //     client's share follows from the plan and its own entry, and the
 //     newcomer rules (an unproven newcomer, asking again, expiry);
 //   - the policies (Seed, Static, Fair) with weights, and Fair's borrow
-//     gate;
+//     gate with its late level;
 //   - pacing arithmetic, and how a lease is sized;
 //   - fleet sizing: how the syncer sizes a process's leases;
 //   - the client id's hash.
@@ -907,12 +907,15 @@ func weightedLevel(capacity float64, demands, weights []float64) float64 {
 //     guarantees and is never lent. The level itself accrues (L × elapsed),
 //     so borrowers under it share the pool in step with time, not by who
 //     asks first or most often;
-//   - once it has had L, it borrows only what the pool has held for
-//     fairLag of a window unused: capacity that nobody under the level
-//     wanted; and so may a client at what it has accrued of L, when that
-//     late pool holds more than lateReserve of the capacity. This is what
-//     makes the policy work-conserving when the demand it was sized from
-//     has gone (a stale level), without racing for rounding's odd units.
+//   - once it has had what it has accrued of L (or its guarantee), it
+//     borrows only what the pool has held for fairLag of a window unused:
+//     capacity that nobody under the level wanted. This is what makes the
+//     policy work-conserving when the demand it was sized from has gone
+//     (a stale level). That late pool is shared max-min, not by who asks
+//     most often: the window budget keeps a late level, the most any
+//     client has had past its entitlement (per weight unit); a client
+//     below it takes first, and one at it raises it only while the late
+//     pool keeps units for the others (see borrowGate.room).
 //
 // L is the level of a max-min (water-filling) split of C over the previous
 // window's demands: Σ min(dᵢ, L) = C. Water-filling rather than the seed's
@@ -928,26 +931,38 @@ type Fair struct{}
 func (Fair) Name() string { return "fair" }
 
 // fairLevel is params[1]: the water level, or the capacity itself when the
-// demands fit. fairCapacity is params[2].
+// demands fit. fairCapacity is params[2]. fairAbove is params[3]: how many
+// clients wanted more than the level (per weight unit).
 const (
 	fairLevel    = 1
 	fairCapacity = 2
+	fairAbove    = 3
 )
 
 // fairLag is how long, as a fraction of the window, pool capacity must sit
-// unused before a client beyond the water level may borrow it: clients
-// under the level have it first.
+// unused before a client past what it has accrued of the water level may
+// borrow it: clients under their level have it first.
 const fairLag = 1.0 / 32
 
-// lateReserve is how much of the capacity the late pool must hold before
-// a client still under its level (held back by its accrual) may take from
-// it: enough to tell a real surplus (demand that went away) from rounding.
-const lateReserve = 1.0 / 16
+// lateKeep is how many units of the late pool a client at the late level
+// leaves when it raises the level: units that the clients below the level,
+// which take first, may be about to ask for. With one, the client asking
+// most often still took most of them, at its next raise (design, "The
+// fair policy").
+const lateKeep = 2
 
-// params computes D and the water level L over every client's demand.
+// params computes D, the water level L and how many clients wanted more
+// than L over every client's demand.
 func (Fair) params(capacity int64, demands, weights []float64) policyParams {
 	c := float64(capacity)
-	return policyParams{c / totalWeight(weights, len(demands)), weightedLevel(c, demands, weights), c}
+	level := weightedLevel(c, demands, weights)
+	var above float64
+	for i, d := range demands {
+		if sanitize(d)/weightAt(weights, i) > level {
+			above++
+		}
+	}
+	return policyParams{c / totalWeight(weights, len(demands)), level, c, above}
 }
 
 // capOf is the most a client may hold in the window: the capacity.
@@ -957,6 +972,17 @@ func (Fair) capOf(pp *policyParams, _ float64) float64 { return pp[fairCapacity]
 // at least the guarantee), in units.
 func (Fair) tiers(pp *policyParams) (guarantee, level float64) {
 	return pp[0], math.Max(pp[0], pp[fairLevel])
+}
+
+// keep is what a raise of the late level leaves in the late pool: lateKeep,
+// or nothing when at most one client wanted more than the level, since the
+// late pool then has no other taker to keep units for (and a lone borrower
+// would otherwise leave them unused at the window's end).
+func (Fair) keep(pp *policyParams) int64 {
+	if pp[fairAbove] > 1 {
+		return lateKeep
+	}
+	return 0
 }
 
 // Allocate implements Policy with the split the fair policy settles to
@@ -988,43 +1014,60 @@ func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 // beyond its guarantee borrows, and only from the pool (see borrowGate).
 type lender interface {
 	tiers(pp *policyParams) (guarantee, level float64)
+	keep(pp *policyParams) int64
 }
 
 // borrowGate limits what one lease may take from the window budget, in
 // the fair policy's three tiers: the client's own units (up to its
-// guarantee) from anywhere in the budget; up to the water level, only
-// capacity accrued by now and not granted; beyond it, only capacity
-// accrued fairLag ago and still not granted. Zero value: no gate.
+// guarantee) from anywhere in the budget; up to what it is entitled to by
+// now (its guarantee, or the water level as it accrues), only capacity
+// accrued by now and not granted; past that, only capacity accrued
+// fairLag ago and still not granted, under the window's late level. Zero
+// value: no gate.
 type borrowGate struct {
-	on       bool
-	own      int64   // units the lease may take within the client's guarantee
-	level    int64   // units the lease may take within the water level accrued so far
-	beyond   bool    // the client has had its whole water level: it may use the late pool
-	entitled bool    // the client has had what it has accrued of its level: the late pool's surplus
-	elapsed  float64 // fraction of the window elapsed, in [0, 1]
+	on      bool
+	own     int64   // units the lease may take within the client's guarantee
+	level   int64   // units the lease may take within its entitlement so far
+	past    bool    // the client has had its entitlement: it borrows from the late pool
+	excess  float64 // with past: the units it has had past its entitlement
+	weight  float64 // its weight: the late level is per weight unit
+	keep    int64   // late units a raise of the late level leaves (see Fair.keep)
+	elapsed float64 // fraction of the window elapsed, in [0, 1]
 }
 
 // room is how many units a take may move from a budget that has granted
-// granted of capacity, given what the budget alone allows (allowed).
-func (b borrowGate) room(allowed, granted, capacity int64) int64 {
+// granted of capacity, given what the budget alone allows (allowed), and
+// the window's late level after the take (given lateLevel before it).
+//
+// The late level shares the late pool max-min, whoever asks most often:
+// a client past its entitlement takes late units while what it has had
+// past it, per weight unit, stays at or below the level; one already at
+// the level takes more only when the late pool holds more than keep
+// units, and raises the level to what it then has. A client below the
+// level (it asks less often, or came later) thus finds the units a
+// frequent asker would otherwise have taken first.
+func (b borrowGate) room(allowed, granted, capacity int64, lateLevel float64) (int64, float64) {
 	if !b.on {
-		return allowed
+		return allowed, lateLevel
 	}
 	pool := accrued(capacity, b.elapsed) - granted
+	n := max(b.own, min(b.level, pool))
+	if !b.past {
+		return max(0, min(allowed, n)), lateLevel // under its entitlement, a client borrows in step with time only
+	}
 	// The late pool trails the pool by fairLag and catches up at the
 	// window's end, so that everything unused is lendable by then.
 	late := accrued(capacity, (b.elapsed-fairLag)/(1-fairLag)) - granted
-	switch {
-	case b.beyond:
-	case b.entitled:
-		// Under its level but at what it has accrued of it: only a real
-		// surplus (more than lateReserve of the capacity) is worth a race,
-		// not the odd unit that rounding leaves.
-		late -= int64(lateReserve * float64(capacity))
-	default:
-		late = 0 // under its level, a client borrows in step with time only
+	// (The hair keeps float noise in level × weight from losing a unit.)
+	below := int64(math.Floor(lateLevel*b.weight - b.excess + 1e-9))
+	n = max(n, min(late, below))
+	if n < allowed && late-b.keep > n {
+		n = late - b.keep // a raise
 	}
-	return max(0, min(allowed, max(b.own, min(b.level, pool), late)))
+	if n = max(0, min(allowed, n)); n > 0 {
+		lateLevel = math.Max(lateLevel, (b.excess+float64(n))/b.weight)
+	}
+	return n, lateLevel
 }
 
 // accrued is how much of capacity has accrued at fraction f of a window,
@@ -1055,12 +1098,14 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t in
 	}
 	entitled := int64(math.Max(math.Floor(g), math.Ceil(lv*f))) // its guarantee, or its level accrued so far
 	return borrowGate{
-		on:       true,
-		own:      max(0, own-granted),
-		level:    max(0, entitled-granted),
-		beyond:   granted >= int64(math.Floor(lv)),
-		entitled: granted >= entitled,
-		elapsed:  f,
+		on:      true,
+		own:     max(0, own-granted),
+		level:   max(0, entitled-granted),
+		past:    granted >= entitled,
+		excess:  float64(granted - entitled),
+		weight:  w,
+		keep:    l.keep(&p.params),
+		elapsed: f,
 	}
 }
 
