@@ -291,6 +291,37 @@ func TestFairLateLevelSharesTheLatePool(t *testing.T) {
 	}
 }
 
+// TestFairPacedLevelIsNotRaced: paced, a client that asks for its level
+// at the level's pace (c: 30, the level, above its guarantee of 25) gets
+// it all beside two that ask more often (a, d). Their guarantees accrue
+// with the pace, and so does what they may borrow against: a client asking
+// ahead of its pace does not take the pool the level's pace needs.
+func TestFairPacedLevelIsNotRaced(t *testing.T) {
+	cfg := fairConfig(100)
+	cfg.Pace, cfg.Burst = true, 0.25
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c", "d"); err != nil {
+		t.Fatal(err)
+	}
+	demand := map[string]int{"a": 50, "b": 10, "c": 30, "d": 40} // level 30
+	for w := 0; w < 4; w++ {
+		start := t0.Add(time.Duration(w) * cfg.Cycle)
+		l.TickAt(start)
+		got := map[string]int{}
+		for i := 0; i < 200; i++ { // every client's requests in time order
+			at := start.Add(time.Duration((float64(i) + 0.5) * float64(cfg.Cycle) / 200))
+			for _, c := range []string{"a", "b", "c", "d"} {
+				if n := demand[c]; (i*n)/200 != ((i+1)*n)/200 && l.AdmitAt(at, c).Allowed {
+					got[c]++
+				}
+			}
+		}
+		if w > 0 && (got["c"] != 30 || got["b"] != 10) {
+			t.Errorf("window %d: %v, want c 30 and b 10", w, got)
+		}
+	}
+}
+
 // TestCapHoldsForEveryPolicy is the property test of both invariants
 // (internal/capcheck, through checkOutcomes) for every policy: random clients, costs and times
 // on three workers over one store, across several windows with newcomers

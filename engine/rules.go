@@ -1096,7 +1096,10 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t in
 	if cfg.Pace {
 		own = pacedAmount(own, cfg.Burst, f) // the guarantee accrues too
 	}
-	entitled := int64(math.Max(math.Floor(g), math.Ceil(lv*f))) // its guarantee, or its level accrued so far
+	// Its guarantee (paced: as it accrues), or its level accrued so far.
+	// Paced, the whole guarantee would let a client asking ahead of its
+	// pace borrow it from the pool, which the level's pace needs.
+	entitled := max(own, int64(math.Ceil(lv*f)))
 	return borrowGate{
 		on:      true,
 		own:     max(0, own-granted),
