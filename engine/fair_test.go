@@ -322,6 +322,24 @@ func TestFairPacedLevelIsNotRaced(t *testing.T) {
 	}
 }
 
+// TestFairNewcomerAfterTheRoll: under the fair policy a newcomer arriving
+// just after the window's own plan is counted at its first request; the
+// next one waits for MinCycle after that re-plan, as under every policy.
+func TestFairNewcomerAfterTheRoll(t *testing.T) {
+	cfg := fairConfig(100)
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0)
+	if d := l.AdmitAt(t0.Add(100*time.Millisecond), "new1"); !d.Allowed {
+		t.Errorf("first newcomer after the roll: %+v, want admitted", d)
+	}
+	if d := l.AdmitAt(t0.Add(200*time.Millisecond), "new2"); d.Reason != ReasonPending {
+		t.Errorf("second newcomer within MinCycle of the re-plan: %+v, want pending", d)
+	}
+}
+
 // TestCapHoldsForEveryPolicy is the property test of both invariants
 // (internal/capcheck, through checkOutcomes) for every policy: random clients, costs and times
 // on three workers over one store, across several windows with newcomers

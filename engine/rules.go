@@ -99,7 +99,9 @@ func (s stepKind) String() string {
 //     Re-plans are at least MinCycle apart, so a flood of new ids costs at
 //     most one re-plan per MinCycle, and each re-plan counts at most one
 //     unproven newcomer. With no client counted there is nobody to
-//     disturb, so the first client never waits.
+//     disturb, so the first client never waits. Under the fair policy the
+//     window's first re-plan need not wait for MinCycle after the window's
+//     own plan (see replanAllowed): one more per window.
 func transition(p *plan, cfg *Config, now, behind int64, who caller) (stepKind, int64) {
 	newcomer := who != callerCounted
 	empty := p.id == 0 || p.n+p.pending == 0
@@ -143,8 +145,23 @@ func jumpShift(p *plan, cfg *Config, now int64) int64 {
 // replanAllowed: MinCycle has passed since the last plan, or nobody is
 // counted yet. (A reading before the plan's time waits like any other: a
 // clock that went back is a jump, which opens a window of its own.)
+//
+// Under a lender policy (Fair) a window's first re-plan may also follow
+// its own plan at once. A counted newcomer's limit is the capacity and its
+// guarantee the default share, whatever it has shown, so counting the one
+// whose request makes the re-plan costs it nothing, while waiting costs it
+// its first requests (and a window with capacity free refuses them). Under
+// a partition (Seed, Static) counting re-splits the window: the seed sizes
+// a newcomer promoted at its first request from the one request it has
+// shown for the rest of the window, where asking again would have had it
+// counted at the default share, and the static split hands a one-shot id
+// a whole share. There the wait is the better deal.
 func replanAllowed(p *plan, cfg *Config, now int64) bool {
-	return p.n == 0 || now-p.at >= int64(cfg.MinCycle)
+	if p.n == 0 || now-p.at >= int64(cfg.MinCycle) {
+		return true
+	}
+	_, lends := cfg.policy().(lender)
+	return lends && !p.replan
 }
 
 // untilReplan is how long a pending newcomer waits: until the next allowed

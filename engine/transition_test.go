@@ -64,6 +64,36 @@ func TestTransition(t *testing.T) {
 	}
 }
 
+// TestFairReplansAfterTheRoll: under the fair policy a newcomer need not
+// wait for MinCycle after the window's own plan, but does after a re-plan;
+// under the seed it waits after either.
+func TestFairReplansAfterTheRoll(t *testing.T) {
+	cfg := testConfig() // window 10 s, MinCycle 1 s
+	k := windowIndex(t0.UnixNano(), &cfg)
+	ws := windowStart(k, &cfg)
+	sec := int64(time.Second)
+	roll := plan{id: 4, roll: 4, window: k, at: ws, n: 2}
+	replanned := plan{id: 5, roll: 4, window: k, at: ws + sec/2, n: 3, replan: true}
+	for _, tt := range []struct {
+		name   string
+		policy Policy
+		p      plan
+		want   stepKind
+	}{
+		{"fair, after the window's own plan", Fair{}, roll, stepReplan},
+		{"fair, after a re-plan", Fair{}, replanned, stepPending},
+		{"seed, after the window's own plan", Seed{}, roll, stepPending},
+		{"static, after the window's own plan", Static{}, roll, stepPending},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg.Policy = tt.policy
+			if step, _ := transition(&tt.p, &cfg, ws+sec*3/4, 0, callerNew); step != tt.want {
+				t.Fatalf("transition = %s, want %s", step, tt.want)
+			}
+		})
+	}
+}
+
 // FuzzTransition: any plan, time and caller give a step without panicking,
 // and the step's window is the clock's for a roll, and later than the
 // plan's, and the plan's otherwise; only a newcomer is ever told to wait or
