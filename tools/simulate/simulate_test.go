@@ -322,6 +322,40 @@ func TestShippedScenariosKeepTheCap(t *testing.T) {
 	}
 }
 
+// TestFairTargets holds the fair policy to its targets (README, "Policies
+// compared") on the scenarios they are stated for, unpaced and paced with
+// burst 0.25: utilisation ≥ 97%, Jain ≥ 0.98, light-client rejection ≤ 3%,
+// stranded ≤ 3% and inflation gain ≤ 2%.
+func TestFairTargets(t *testing.T) {
+	for _, name := range []string{"steady", "greedy", "onoff", "bursty", "retry-amplifier", "step", "churn"} {
+		for _, burst := range []float64{-1, 0.25} {
+			sc := mustLoad(t, name)
+			if burst >= 0 {
+				sc.Burst = &burst
+			}
+			_, m, err := Evaluate(sc, "fair")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				metric string
+				ok     bool
+				got    float64
+			}{
+				{"utilisation", m.Utilisation >= 0.97, m.Utilisation},
+				{"Jain", m.Jain >= 0.98, m.Jain},
+				{"light-client rejection", math.IsNaN(m.LightRejection) || m.LightRejection <= 0.03, m.LightRejection},
+				{"stranded", m.Stranded <= 0.03, m.Stranded},
+				{"inflation gain", m.InflationGain <= 0.02, m.InflationGain},
+			} {
+				if !c.ok {
+					t.Errorf("%s (burst %v): %s %.4f misses its target", name, burst, c.metric, c.got)
+				}
+			}
+		}
+	}
+}
+
 // Runs are reproducible: seeded draws and a virtual clock.
 func TestRunsAreDeterministic(t *testing.T) {
 	sc := mustLoad(t, "bursty")
