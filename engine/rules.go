@@ -964,8 +964,8 @@ const fairLag = 1.0 / 32
 // lateKeep is how many units of the late pool a client at the late level
 // leaves when it raises the level: units that the clients below the level,
 // which take first, may be about to ask for. With one, the client asking
-// most often still took most of them, at its next raise (design, "The
-// fair policy").
+// most often still took most of them, at its next raise (design, "The late
+// level, and newcomers after the roll").
 const lateKeep = 2
 
 // params computes D, the water level L and how many clients wanted more
@@ -1056,12 +1056,12 @@ type borrowGate struct {
 // granted of capacity, given what the budget alone allows (allowed), and
 // the window's late level after the take (given lateLevel before it).
 //
-// The late level shares the late pool max-min, whoever asks most often:
-// a client past its entitlement takes late units while what it has had
-// past it, per weight unit, stays at or below the level; one already at
-// the level takes more only when the late pool holds more than keep
-// units, and raises the level to what it then has. A client below the
-// level (it asks less often, or came later) thus finds the units a
+// The late level shares the late pool max-min rather than by who asks
+// most often: a client past its entitlement takes late units while what
+// it has had past it, per weight unit, stays at or below the level; one
+// already at the level takes more only when the late pool holds more than
+// keep units, and raises the level to what it then has. A client below
+// the level (it asks less often, or came later) thus finds the units a
 // frequent asker would otherwise have taken first.
 func (b borrowGate) room(allowed, granted, capacity int64, lateLevel float64) (int64, float64) {
 	if !b.on {
