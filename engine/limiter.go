@@ -137,7 +137,7 @@ func (l *Limiter) peerAllows(t int64, peer, h uint64) (bool, error) {
 // the next window's shares, rejected ones included.
 func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	if client == "" {
-		return l.reject(ReasonAnonymous, 0, 0)
+		return Decision{Allowed: l.cfg.Passthrough, WouldReject: true, Reason: ReasonAnonymous, Plan: l.view.plan.id, Window: l.view.plan.window}
 	}
 	cost = max(cost, 1)
 	real := l.read(now)
@@ -415,44 +415,37 @@ func (l *Limiter) admit(t int64, cs *clientState) Decision {
 // A client registered in this window with nothing to take (the budget was
 // spent when it arrived) waits for the next window instead.
 func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
-	reset := l.untilWindowEnd(t)
 	reason := ReasonOverLimit
 	if cs.fresh && cs.share == 0 {
 		reason = ReasonPending
 	}
-	retryAfter := reset
-	if cs.accrues > t {
-		retryAfter = time.Duration(cs.accrues - t) // the borrow gate: when the pool next grows
-	}
-	d := l.reject(reason, reset, retryAfter)
+	d := l.reject(t, reason, retryAt{accrues: cs.accrues, spent: true})
 	d.Limit = cs.share
 	d.Plan = cs.plan
 	return d
 }
 
 func (l *Limiter) pending(t int64) Decision {
-	return l.reject(ReasonPending, l.untilWindowEnd(t), untilReplan(&l.view.plan, &l.cfg, t))
+	return l.reject(t, ReasonPending, retryAt{spent: l.view.spent()})
 }
 
 // tooManyIDs: the peer's ids for the window are taken; the next window
 // starts them afresh.
 func (l *Limiter) tooManyIDs(t int64) Decision {
-	reset := l.untilWindowEnd(t)
-	return l.reject(ReasonTooManyIDs, reset, reset)
+	return l.reject(t, ReasonTooManyIDs, retryAt{})
 }
 
 func (l *Limiter) tableFull(t int64) Decision {
-	reset := l.untilWindowEnd(t)
-	return l.reject(ReasonTableFull, reset, reset)
+	return l.reject(t, ReasonTableFull, retryAt{})
 }
 
-func (l *Limiter) reject(reason Reason, reset, retryAfter time.Duration) Decision {
+func (l *Limiter) reject(t int64, reason Reason, at retryAt) Decision {
 	return Decision{
 		Allowed:     l.cfg.Passthrough,
 		WouldReject: true,
 		Reason:      reason,
-		Reset:       reset,
-		RetryAfter:  retryAfter,
+		Reset:       l.untilWindowEnd(t),
+		RetryAfter:  retryAfter(reason, &l.view.plan, &l.cfg, t, at),
 		Plan:        l.view.plan.id,
 		Window:      l.view.plan.window,
 	}
@@ -471,18 +464,15 @@ const failOpenDivisor = 16
 // do), within the worker's allowance for the window, and rejects past it:
 // the budget cannot count these units, so the allowance bounds them.
 func (l *Limiter) failure(t, cost int64, err error) Decision {
+	if errors.Is(err, ErrRetriesExhausted) {
+		return l.reject(t, ReasonContended, retryAt{})
+	}
 	d := Decision{
 		Reason:     ReasonStoreFailure,
 		Reset:      l.untilWindowEnd(t),
-		RetryAfter: time.Second,
+		RetryAfter: retryAfter(ReasonStoreFailure, &l.view.plan, &l.cfg, t, retryAt{}),
 		Plan:       l.view.plan.id,
 		Window:     l.view.plan.window,
-	}
-	if errors.Is(err, ErrRetriesExhausted) {
-		d.Reason = ReasonContended
-		d.RetryAfter = min(l.cfg.MinCycle, max(d.Reset, time.Millisecond))
-		d.WouldReject, d.Allowed = true, l.cfg.Passthrough
-		return d
 	}
 	open := !l.cfg.FailureModeDeny
 	if open {

@@ -120,6 +120,23 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // units for the window: on the safe side.
 func (r *view) give(n int64) { _, _, _ = r.adjust(-n, borrowGate{}) }
 
+// budgetSeen is the budget as the last take left it, for the Retry-After
+// of a client it left short (view.take): granted of left (the capacity in
+// force), and whether what the fleet holds is what bounded left.
+type budgetSeen struct {
+	window        int64
+	granted, left int64
+	held          bool
+}
+
+// spent reports whether the budget of the view's window had nothing left
+// for a take at the last one this worker made (and not because the fleet
+// had yet to lease it).
+func (r *view) spent() bool {
+	s := r.seen
+	return s.window == r.plan.window && s.left > 0 && s.granted >= s.left && !s.held
+}
+
 // adjust moves the budget's granted by delta (positive: a take, limited to
 // what is left of the capacity in force, and by gate). It is the one
 // read-modify-write of the budget key. In fleet mode the capacity in force
@@ -170,6 +187,7 @@ func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 			var late float64
 			moved, late = gate.room(allowed, v.granted, left, v.late)
 			clipped = moved < allowed
+			r.seen = budgetSeen{window: v.window, granted: v.granted + moved, left: left, held: left < v.capacity}
 			if late != v.late {
 				v.late, changed = late, true
 			}

@@ -171,6 +171,47 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 	return min(clampDuration(p.at+int64(cfg.MinCycle)-now), untilWindowEnd(p, cfg, now))
 }
 
+// retryAt is what a refusal knows of when more may come: when the
+// client's next unit accrues (Unix ns; 0: not in this window), and
+// whether the window's budget is spent, as far as the worker saw.
+type retryAt struct {
+	accrues int64
+	spent   bool
+}
+
+// retryAfter is how long a request refused for reason at t should wait
+// before a retry can succeed at the earliest (Decision.RetryAfter):
+//
+//   - over_limit: until the client's next unit accrues (the fair policy's
+//     borrow gate, pacing, or in fleet mode the next lease), else until
+//     the window's end: its share, or the window's budget, is spent;
+//   - pending: until the re-plan that can count it (min_cycle after the
+//     last one), or the window's end when the window's budget is spent,
+//     since a newcomer counted then gets nothing before it; a newcomer
+//     whose next unit is known (accrues) waits for that;
+//   - table_full, too_many_ids: until the window's end, when the next plan
+//     forgets idle clients and every peer's ids start afresh;
+//   - contended: briefly, min_cycle at most: nothing was wrong but a race;
+//   - store_failure: one second.
+func retryAfter(reason Reason, p *plan, cfg *Config, t int64, at retryAt) time.Duration {
+	end := untilWindowEnd(p, cfg, t)
+	switch reason {
+	case ReasonOverLimit, ReasonPending:
+		if at.accrues > t {
+			return min(time.Duration(at.accrues-t), end)
+		}
+		if reason == ReasonPending && !at.spent {
+			return untilReplan(p, cfg, t)
+		}
+		return end
+	case ReasonContended:
+		return min(cfg.MinCycle, max(end, time.Millisecond))
+	case ReasonStoreFailure:
+		return time.Second
+	}
+	return end
+}
+
 // untilWindowEnd is the time left in the plan's window. A reading before
 // the window (a clock behind the store's newest window) sees at most
 // Cycle + MinCycle: by then the window has moved, or the worker jumps.
@@ -1045,6 +1086,10 @@ type borrowGate struct {
 	on      bool
 	own     int64   // units the lease may take within the client's guarantee
 	level   int64   // units the lease may take within its entitlement so far
+	had     int64   // units the client has had in the window
+	lv      float64 // its water level, in units, for the whole window
+	guar    int64   // its whole guarantee, in units
+	burst   float64 // paced: the guarantee accrues from burst × guar; else 1
 	past    bool    // the client has had its entitlement: it borrows from the late pool
 	excess  float64 // with past: the units it has had past its entitlement
 	weight  float64 // its weight: the late level is per weight unit
@@ -1087,6 +1132,33 @@ func (b borrowGate) room(allowed, granted, capacity int64, lateLevel float64) (i
 	return n, lateLevel
 }
 
+// nextAt is the earliest fraction of the window at which the gate lets a
+// unit through that it does not let through now, the budget having
+// granted granted of capacity, if nobody takes one first; 1 or more: not in
+// this window. A client gets a unit when its guarantee, paced, accrues
+// past what it has had; or when both its entitlement (ceil(lv × f)) has
+// and the pool (ceil(capacity × f)) has passed what the budget granted;
+// or, past its entitlement, when the late pool, which trails the pool by
+// fairLag, holds more than it keeps for the others.
+func (b borrowGate) nextAt(granted, capacity int64) float64 {
+	if capacity <= 0 {
+		return 1
+	}
+	f := 1.0
+	if b.burst < 1 && b.had < b.guar {
+		f = (float64(b.had)/float64(b.guar) - b.burst) / (1 - b.burst)
+	}
+	ent := 1.0
+	if b.lv > 0 {
+		ent = float64(b.had) / b.lv
+	}
+	f = math.Min(f, math.Max(float64(granted)/float64(capacity), ent))
+	if b.past {
+		f = math.Min(f, fairLag+(1-fairLag)*float64(granted+b.keep)/float64(capacity))
+	}
+	return math.Max(f, b.elapsed)
+}
+
 // accrued is how much of capacity has accrued at fraction f of a window,
 // rounded up: a unit is lendable from the moment it starts accruing, so
 // the last one is not stranded until the window's very end.
@@ -1109,9 +1181,9 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t in
 	// The level accrues over the window like the pool, so that borrowers
 	// under it share the pool in step with time rather than by who asks
 	// first (or most often).
-	own := int64(math.Floor(g))
+	own, burst := int64(math.Floor(g)), 1.0
 	if cfg.Pace {
-		own = pacedAmount(own, cfg.Burst, f) // the guarantee accrues too
+		own, burst = pacedAmount(own, cfg.Burst, f), cfg.Burst // the guarantee accrues too
 	}
 	// Its guarantee (paced: as it accrues), or its level accrued so far.
 	// Paced, the whole guarantee would let a client asking ahead of its
@@ -1121,6 +1193,10 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t in
 		on:      true,
 		own:     max(0, own-granted),
 		level:   max(0, entitled-granted),
+		had:     granted,
+		lv:      lv,
+		guar:    int64(math.Floor(g)),
+		burst:   burst,
 		past:    granted >= entitled,
 		excess:  float64(granted - entitled),
 		weight:  w,
@@ -1136,18 +1212,45 @@ func windowElapsed(p *plan, cfg *Config, t int64) float64 {
 	return math.Max(0, math.Min(1, f))
 }
 
-// nextAccrual is when a client held back by pacing (until paceAt) or by
-// the borrow gate (gated) may find more: for the gate, one unit's accrual
-// time after t. 0 when neither held it back (only the window's end brings
-// more).
-func nextAccrual(cfg *Config, t, paceAt int64, gated bool) int64 {
-	if paceAt > 0 {
-		return paceAt
+// nextAccrual is when a client whose last lease fell short may find
+// more (Unix ns; 0: not before the window's end): when the window's budget
+// may grant again (moreAt, when the budget cut the lease: short), and no
+// earlier than pacing's next unit (paceAt).
+func nextAccrual(paceAt, moreAt int64, short bool) int64 {
+	switch {
+	case short && moreAt == 0:
+		return 0 // the budget grants nothing more in this window
+	case short:
+		return max(paceAt, moreAt)
 	}
-	if !gated {
+	return paceAt
+}
+
+// budgetMoreAt is the earliest time (Unix ns; 0: not before the window
+// [start, end) ends) a take cut short at t by the budget it saw (and by
+// gate, when clipped) could get a unit, if nobody else takes one first:
+//
+//   - a budget with nothing left grants nothing more in the window; in
+//     fleet mode, when what the process holds is what bounded it, the
+//     next lease may come with the next sync;
+//   - the borrow gate lets one more unit through when the client's
+//     entitlement grows past what it has had, or the pool past what the
+//     budget granted (borrowGate.nextAt).
+func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t, start, end int64) int64 {
+	if seen.granted >= seen.left {
+		if seen.held && cfg.Fleet != nil {
+			return t + int64(cfg.Fleet.SyncInterval+cfg.Fleet.Timeout)
+		}
 		return 0
 	}
-	return t + max(1, int64(cfg.Cycle)/max(1, cfg.Capacity))
+	if !clipped {
+		return 0
+	}
+	f := gate.nextAt(seen.granted, seen.left)
+	if f >= 1 {
+		return 0
+	}
+	return max(t, start+int64(math.Ceil(f*float64(end-start)))) + 1
 }
 
 // Pacing (Config.Pace) spreads a limit's capacity over the

@@ -41,6 +41,7 @@ type view struct {
 	refused map[uint64]int64        // newcomers told "table_full" -> window then
 
 	stuck stuckClock // see behind
+	seen  budgetSeen // see adjust
 
 	buf      []byte
 	bkt      bucketVal
@@ -574,11 +575,13 @@ func (r *view) unshifted(t int64) int64 { return t - r.plan.shift }
 // window admits is at most what its budget granted.
 
 // held says what held a lease back, for the client's Retry-After: the
-// borrow gate or pacing cut the take (clipped), and pacing's next unit fits
-// at paceAt (Unix ns, 0: pacing did not hold it).
+// borrow gate or pacing cut the take (clipped), pacing's next unit fits at
+// paceAt (Unix ns, 0: pacing did not hold it), and the budget may grant
+// again at moreAt (Unix ns, 0: not before the window's end).
 type held struct {
 	clipped bool
 	paceAt  int64
+	moreAt  int64
 }
 
 // clientState is what this worker holds for one counted client.
@@ -694,6 +697,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 				got, took, err := r.take(want-inHand, t, gate)
 				h.clipped = h.clipped || took.clipped
 				h.paceAt = max(h.paceAt, took.paceAt)
+				h.moreAt = took.moreAt
 				switch {
 				case errors.Is(err, errStale):
 					res = syncStale
@@ -736,7 +740,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
-	cs.accrues = nextAccrual(r.cfg, t, h.paceAt, budgetShort && h.clipped)
+	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort)
 	return syncOK
 }
 
@@ -757,6 +761,11 @@ func (r *view) take(n, t int64, gate borrowGate) (int64, held, error) {
 		r.give(got - m)
 	}
 	h.clipped = h.clipped || clipped
+	if got < n {
+		start, end := planWindow(&r.plan, r.cfg)
+		gate.had += got
+		h.moreAt = budgetMoreAt(r.seen, gate, clipped, r.cfg, t, start, end)
+	}
 	return m, h, nil
 }
 

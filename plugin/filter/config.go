@@ -50,6 +50,9 @@ type Config struct {
 	AccessLog        bool  // decided requests get the access-log record
 	LogClientID      bool  // the access-log record carries the raw id
 	Cost             int64 // units each matched request takes
+	// RetryAfterJitter is the most a refusal's announced retry time is
+	// moved later, uniformly at random (responses.go).
+	RetryAfterJitter time.Duration
 	Match            Match // which requests the limit decides; empty: all
 	// Unlimited marks a rule that lets the requests it matches pass
 	// unlimited (a health check, say); it has only Name and Match.
@@ -94,6 +97,7 @@ type rawConfig struct {
 	IdleCycles       json.RawMessage `json:"idle_cycles"`
 	MinCycle         json.RawMessage `json:"min_cycle"`
 	WindowOffset     json.RawMessage `json:"window_offset"`
+	RetryAfterJitter json.RawMessage `json:"retry_after_jitter"`
 	FailureModeDeny  json.RawMessage `json:"failure_mode_deny"`
 	RateLimitHeaders json.RawMessage `json:"rate_limit_headers"`
 	HeadersOnAllowed json.RawMessage `json:"headers_on_allowed"`
@@ -205,6 +209,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
 	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, max(cycle/10, 1), 0, cycle, false)
 	cfg.Engine.WindowOffset = p.windowOffset("window_offset", raw.WindowOffset, cycle)
+	cfg.RetryAfterJitter = p.delay("retry_after_jitter", raw.RetryAfterJitter, cycle)
 	cfg.Engine.FailureModeDeny = p.boolean("failure_mode_deny", raw.FailureModeDeny, false)
 	style := p.enum("rate_limit_headers", raw.RateLimitHeaders, styleNames[0], styleNames[:]...)
 	cfg.HeadersOnAllowed = p.boolean("headers_on_allowed", raw.HeadersOnAllowed, true)
@@ -338,6 +343,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.MinCycle
 	case "window_offset":
 		return &r.WindowOffset
+	case "retry_after_jitter":
+		return &r.RetryAfterJitter
 	case "failure_mode_deny":
 		return &r.FailureModeDeny
 	case "rate_limit_headers":
@@ -472,6 +479,19 @@ func (p *fieldParser) duration(field string, raw json.RawMessage, def, lo, hi ti
 	case lo > 0 && (d < lo || d > hi):
 		p.fail(field, "must be in ["+lo.String()+", "+hi.String()+"], got "+d.String())
 		return def
+	}
+	return d
+}
+
+// delay parses a duration that may be 0: in [0, hi], 0 when absent.
+func (p *fieldParser) delay(field string, raw json.RawMessage, hi time.Duration) time.Duration {
+	d, ok := p.parseDuration(field, raw, false)
+	if !ok {
+		return 0
+	}
+	if d < 0 || d > hi {
+		p.fail(field, "must be in [0s, "+hi.String()+"], got "+d.String())
+		return 0
 	}
 	return d
 }

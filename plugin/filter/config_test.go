@@ -37,7 +37,7 @@ func TestParseConfigEveryField(t *testing.T) {
 		"capacity": 1000, "cycle": "1m", "reservation": 0.25, "client_header": "X-Tenant",
 		"mode": "passthrough", "max_clients": 100000, "idle_cycles": 7, "min_cycle": "1m", "window_offset": "15s",
 		"failure_mode_deny": true, "rate_limit_headers": "ietf", "headers_on_allowed": false,
-		"status_code": 503, "max_client_id_bytes": 4096, "name": "api_v2", "debug_headers": true}`))
+		"status_code": 503, "max_client_id_bytes": 4096, "name": "api_v2", "debug_headers": true, "retry_after_jitter": "2s"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestParseConfigEveryField(t *testing.T) {
 		t.Errorf("engine config = %+v", e)
 	}
 	if cfg.ClientHeader != "x-tenant" || !cfg.Passthrough || cfg.HeadersOnAllowed || cfg.RateLimitHeaders != StyleIETF ||
-		cfg.StatusCode != 503 || cfg.MaxClientIDBytes != 4096 || cfg.Name != "api_v2" || !cfg.DebugHeaders {
+		cfg.StatusCode != 503 || cfg.MaxClientIDBytes != 4096 || cfg.Name != "api_v2" || !cfg.DebugHeaders || cfg.RetryAfterJitter != 2*time.Second {
 		t.Errorf("plugin config = %+v", cfg)
 	}
 }
@@ -56,7 +56,7 @@ func TestParseConfigEveryField(t *testing.T) {
 func TestParseConfigBoundsAccepted(t *testing.T) {
 	for _, field := range []string{
 		`"reservation": 0`, `"reservation": 1`, `"max_clients": 1`, `"idle_cycles": 1`,
-		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"window_offset": "0s"`, `"window_offset": "9.999s"`, `"status_code": 400`, `"status_code": 599`,
+		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"window_offset": "0s"`, `"window_offset": "9.999s"`, `"retry_after_jitter": "0s"`, `"retry_after_jitter": "10s"`, `"status_code": 400`, `"status_code": 599`,
 		`"max_client_id_bytes": 1`, `"rate_limit_headers": "none"`, `"mode": "enforce"`,
 		`"name": "` + strings.Repeat("z", 64) + `"`, `"client_header": "x_id.v2~"`,
 	} {
@@ -138,6 +138,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{withField(`"window_offset": "10s"`), `window_offset: must be in [0s, 10s), got 10s`},
 		{withField(`"window_offset": "-1s"`), `window_offset: must be in [0s, 10s), got -1s`},
 		{withField(`"window_offset": 3`), `window_offset: must be a string, got a number`},
+		{withField(`"retry_after_jitter": "11s"`), `retry_after_jitter: must be in [0s, 10s], got 11s`},
+		{withField(`"retry_after_jitter": "-1s"`), `retry_after_jitter: must be in [0s, 10s], got -1s`},
 		{withField(`"failure_mode_deny": "true"`), `failure_mode_deny: must be a boolean, got a string`},
 		{withField(`"failure_mode_deny": 1`), `failure_mode_deny: must be a boolean, got a number`},
 		{withField(`"rate_limit_headers": "draft-7"`), `rate_limit_headers: must be one of "x-ratelimit", "ietf", "none", got "draft-7"`},

@@ -235,9 +235,9 @@ func limitSummary(c *Config) string {
 	}
 	e := &c.Engine
 	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client id from %s, mode %s, "+
-		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, failure_mode_deny %t, headers %s (on allowed: %t), "+
+		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, retry_after_jitter %s, failure_mode_deny %t, headers %s (on allowed: %t), "+
 		"status %d, max_client_id_bytes %d, debug_headers %t, access_log %t, log_client_id %t",
 		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientID.String(), mode,
-		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
+		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, c.RetryAfterJitter, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
 		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.AccessLog, c.LogClientID)
 }

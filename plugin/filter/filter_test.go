@@ -63,6 +63,49 @@ func TestReplyPlans(t *testing.T) {
 	}
 }
 
+// A refusal's retry-after and reset name the engine's retry time, not the
+// window's end, and the jitter moves both later by a uniform draw in
+// [0, retry_after_jitter].
+func TestReplyRetryTimeAndJitter(t *testing.T) {
+	d := engine.Decision{Reason: engine.ReasonOverLimit, WouldReject: true, Limit: 10,
+		Reset: 7500 * time.Millisecond, RetryAfter: 1200 * time.Millisecond}
+	for _, c := range []struct {
+		name, config string
+		draw         int64 // what the random source returns
+		retry, reset string
+		ietf         bool
+	}{
+		{"no jitter: the retry time, rounded up", `{"capacity": 10, "cycle": "10s"}`, 0, "2", "2", false},
+		{"the least jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 0, "2", "2", false},
+		{"the most jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, int64(3 * time.Second), "5", "5", false},
+		{"ietf's t= moves with it", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s", "rate_limit_headers": "ietf"}`,
+			int64(1900 * time.Millisecond), "4", `"default";r=0;t=4`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, _ := mustFilter(t, c.config)
+			var bound int64
+			f.limits[0].resp.rand = func(n int64) int64 { bound = n; return c.draw }
+			h := f.Reply(Outcome{Decision: d}).Headers
+			resetAt := 5
+			if c.ietf {
+				resetAt = 4
+			}
+			if h[2] != [2]string{"retry-after", c.retry} || h[resetAt][1] != c.reset {
+				t.Errorf("headers %q, want retry-after %s and reset %s", h, c.retry, c.reset)
+			}
+			if want := int64(f.Settings().Limits[0].RetryAfterJitter); want > 0 && bound != want+1 {
+				t.Errorf("drew in [0, %d), want [0, %d]", bound, want)
+			}
+		})
+	}
+	// An admitted response's reset stays the window's end.
+	f, _ := mustFilter(t, `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`)
+	ok := engine.Decision{Allowed: true, Reason: engine.ReasonOK, Limit: 10, Remaining: 4, Reset: 7500 * time.Millisecond}
+	if h := f.ResponseHeaders(Outcome{Decision: ok}); h[2] != [2]string{"x-ratelimit-reset", "8"} {
+		t.Errorf("admitted: %q, want the window's end", h)
+	}
+}
+
 func TestResponseHeaderPlans(t *testing.T) {
 	ok := engine.Decision{Allowed: true, Limit: 10, Remaining: 7, Reset: 2 * time.Second, Plan: 9}
 	cases := []struct {

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"time"
 	"unsafe"
@@ -58,6 +59,8 @@ type responder struct {
 	limitHead  string   // `"<name>";r=`
 	headers    [][2]string
 	buf        []byte // the values formatted for the current plan
+	jitter     time.Duration
+	rand       func(n int64) int64 // uniform in [0, n): rand.Int64N, or a test's
 }
 
 func newResponder(cfg *Config) responder {
@@ -71,6 +74,8 @@ func newResponder(cfg *Config) responder {
 		policyTail: ";w=" + strconv.FormatInt(ceilSeconds(cfg.Engine.Cycle), 10),
 		limitHead:  strconv.Quote(cfg.Name) + ";r=",
 		headers:    make([][2]string, 0, 10),
+		jitter:     cfg.RetryAfterJitter,
+		rand:       rand.Int64N,
 		// Room for every value of one plan: two ietf headers with the
 		// quoted name and three 20-digit numbers, so it never grows.
 		buf: make([]byte, 0, 2*(len(cfg.Name)+len(";q=;w=\"\""))+3*20+64),
@@ -83,15 +88,22 @@ func newResponder(cfg *Config) responder {
 	return r
 }
 
-// reply plans the local reply for a rejected decision.
+// reply plans the local reply for a rejected decision. Its retry-after,
+// and its rate-limit headers' reset, name when a retry can succeed at the
+// earliest (the engine's RetryAfter), moved later by up to the configured
+// jitter, so that clients refused together do not retry together.
 func (r *responder) reply(d engine.Decision) Reply {
 	r.buf = r.buf[:0]
 	h := append(r.headers[:0], [2]string{hdrReason, d.Reason.String()})
 	if !unidentified(d.Reason) {
+		wait := d.RetryAfter
+		if r.jitter > 0 {
+			wait += time.Duration(r.rand(int64(r.jitter) + 1))
+		}
 		h = append(h,
 			[2]string{hdrRateLimited, "true"},
-			[2]string{hdrRetryAfter, r.int(retryAfterSeconds(d.RetryAfter))})
-		h = r.appendRateLimit(h, d)
+			[2]string{hdrRetryAfter, r.int(retryAfterSeconds(wait))})
+		h = r.appendRateLimit(h, d, wait)
 	}
 	if r.debug {
 		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
@@ -107,7 +119,7 @@ func (r *responder) responseHeaders(d engine.Decision) [][2]string {
 	r.buf = r.buf[:0]
 	h := r.headers[:0]
 	if r.onAllowed && reportsShare(d) {
-		h = r.appendRateLimit(h, d)
+		h = r.appendRateLimit(h, d, d.Reset)
 	}
 	if r.debug {
 		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
@@ -130,8 +142,11 @@ func unidentified(r engine.Reason) bool {
 	return r == engine.ReasonAnonymous || r == engine.ReasonAmbiguousID
 }
 
-func (r *responder) appendRateLimit(h [][2]string, d engine.Decision) [][2]string {
-	reset := ceilSeconds(d.Reset)
+// appendRateLimit appends the rate-limit headers of the configured style;
+// their reset is wait: the window's end on an admitted request, the retry
+// time on a refused one.
+func (r *responder) appendRateLimit(h [][2]string, d engine.Decision, wait time.Duration) [][2]string {
+	reset := ceilSeconds(wait)
 	switch r.style {
 	case StyleXRateLimit:
 		return append(h,

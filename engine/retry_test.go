@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// Retry-After names the earliest moment a retry can succeed, for every
+// reason (retryAfter), and for a client the budget left short, when the
+// budget may next grant it a unit (budgetMoreAt).
+
+func TestRetryAfterByReason(t *testing.T) {
+	cfg := Defaults(100, 10*time.Second)
+	cfg.MinCycle = time.Second
+	s := int64(time.Second)
+	start := t0.UnixNano()
+	p := &plan{window: windowIndex(start, &cfg), at: start + 3*s, n: 2}
+	now := start + 3500*int64(time.Millisecond) // 6.5 s before the window's end
+	end := 6500 * time.Millisecond
+	tests := []struct {
+		name   string
+		reason Reason
+		at     retryAt
+		want   time.Duration
+	}{
+		{"over_limit: the next unit", ReasonOverLimit, retryAt{accrues: now + 300*int64(time.Millisecond)}, 300 * time.Millisecond},
+		{"over_limit: share or budget spent: the window's end", ReasonOverLimit, retryAt{spent: true}, end},
+		{"over_limit: a unit after the window's end is the window's end", ReasonOverLimit, retryAt{accrues: now + 9*s}, end},
+		{"pending: the next re-plan", ReasonPending, retryAt{}, 500 * time.Millisecond},
+		{"pending with the budget spent: the window's end", ReasonPending, retryAt{spent: true}, end},
+		{"table_full: the next plan", ReasonTableFull, retryAt{}, end},
+		{"too_many_ids: the next window", ReasonTooManyIDs, retryAt{}, end},
+		{"contended: shortly", ReasonContended, retryAt{}, time.Second},
+		{"store_failure: a second", ReasonStoreFailure, retryAt{}, time.Second},
+	}
+	for _, tc := range tests {
+		if got := retryAfter(tc.reason, p, &cfg, now, tc.at); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestBudgetMoreAt(t *testing.T) {
+	cfg := Defaults(100, 10*time.Second)
+	fleet := cfg
+	fleet.Fleet = &Fleet{Capacity: 300, SyncInterval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond}
+	s := int64(time.Second)
+	start := t0.UnixNano()
+	end := start + 10*s
+	at := func(f float64) int64 { return start + int64(f*float64(10*s)) + 1 }
+	now := start + 3*s
+	under := borrowGate{on: true, had: 10, lv: 20, guar: 5, burst: 1, elapsed: 0.3}
+	tests := []struct {
+		name    string
+		cfg     *Config
+		seen    budgetSeen
+		gate    borrowGate
+		clipped bool
+		want    int64
+	}{
+		{"the budget is spent: not before the window's end", &cfg, budgetSeen{granted: 100, left: 100}, under, true, 0},
+		{"fleet mode, what is held is spent: the next lease", &fleet, budgetSeen{granted: 40, left: 40, held: true}, borrowGate{}, false,
+			now + int64(300*time.Millisecond)},
+		{"cut by the budget, not the gate, with units left: nothing accrues", &cfg, budgetSeen{granted: 90, left: 100}, borrowGate{}, false, 0},
+		{"under its entitlement: the later of its level (0.5) and the pool (0.6)", &cfg, budgetSeen{granted: 60, left: 100}, under, true, at(0.6)},
+		{"the level later than the pool", &cfg, budgetSeen{granted: 30, left: 100}, under, true, at(0.5)},
+		{"paced, its guarantee accrues first: (23/50 - 0.2) / 0.8 = 0.325",
+			&cfg, budgetSeen{granted: 60, left: 100}, borrowGate{on: true, had: 23, lv: 40, guar: 50, burst: 0.2, elapsed: 0.3}, true, at(0.325)},
+		{"past its entitlement: the late pool (2 kept) serves before its level",
+			&cfg, budgetSeen{granted: 60, left: 100}, borrowGate{on: true, had: 19, lv: 20, guar: 5, burst: 1, past: true, keep: 2, elapsed: 0.3}, true,
+			at(fairLag + (1-fairLag)*0.62)},
+		{"its level reached for the window, no late pool: not in this window", &cfg, budgetSeen{granted: 60, left: 100},
+			borrowGate{on: true, had: 20, lv: 20, guar: 5, burst: 1, elapsed: 0.3}, true, 0},
+	}
+	for _, tc := range tests {
+		if got := budgetMoreAt(tc.seen, tc.gate, tc.clipped, tc.cfg, now, start, end); got != tc.want {
+			t.Errorf("%s: %d, want %d (%+.3fs from now)", tc.name, got, tc.want, float64(got-tc.want)/1e9)
+		}
+	}
+}
+
+// Under the fair policy, a client refused by the borrow gate is told when
+// its next unit accrues, and asking then succeeds (with nobody else
+// taking it); once the window's budget is spent, it is told the window's
+// end.
+func TestFairRetryAfterIsWhenTheNextUnitAccrues(t *testing.T) {
+	cfg := Defaults(10, 10*time.Second)
+	cfg.MinCycle = time.Second
+	cfg.Policy = Fair{}
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0)
+	now := t0.Add(time.Second)
+	admitted, retries := 0, 0
+	for admitted < 10 && now.Before(t0.Add(cfg.Cycle)) {
+		d := l.AdmitAt(now, "a")
+		if d.Allowed {
+			admitted++
+			continue
+		}
+		if d.RetryAfter <= 0 {
+			t.Fatalf("refused at %v with Retry-After %v", now.Sub(t0), d.RetryAfter)
+		}
+		next := now.Add(d.RetryAfter)
+		if !next.Before(t0.Add(cfg.Cycle)) {
+			break // told the window's end
+		}
+		retries++
+		if again := l.AdmitAt(next, "a"); !again.Allowed {
+			t.Fatalf("retry at %v, when told (Retry-After %v at %v), refused: %+v", next.Sub(t0), d.RetryAfter, now.Sub(t0), again)
+		} else {
+			admitted++
+		}
+		now = next
+	}
+	if retries == 0 {
+		t.Fatal("no retry was told a time within the window: the gate never held the client back")
+	}
+	// Nobody else asked: a had the whole capacity (the fair policy lends
+	// what is idle). With the budget spent, it is told the window's end.
+	d := l.AdmitAt(now, "a")
+	if admitted != 10 || d.Allowed || d.RetryAfter != d.Reset || d.Reset <= 0 || d.Remaining != 0 {
+		t.Errorf("after %d admitted of 10: %+v, want a refusal until the window's end with remaining 0", admitted, d)
+	}
+	t.Logf("client a: %d admitted, %d of them at the Retry-After it was told", admitted, retries)
+}
