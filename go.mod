@@ -4,6 +4,7 @@ go 1.24
 
 require (
 	github.com/google/go-containerregistry v0.20.6
+	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/proxy-wasm/proxy-wasm-go-sdk v0.0.0-20260105142703-44c7d5847745
 	github.com/tetratelabs/wazero v1.9.0
 	golang.org/x/time v0.11.0
@@ -23,6 +24,7 @@ require (
 	github.com/docker/distribution v2.8.3+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/klauspost/compress v1.18.0 // indirect
 	github.com/mitchellh/go-homedir v1.1.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect

@@ -573,6 +573,9 @@ func TestFleetOnePeerStalledOrDown(t *testing.T) {
 	}
 	if v := all.check.Violations(); len(v) > 0 {
 		t.Errorf("over capacity + fallbacks: %v", v)
+		for k := windowIndex(start); k <= windowIndex(end); k++ {
+			t.Logf("window %d (stall from %d to %d, peer down from %d): admitted %v", k, windowIndex(stalled), windowIndex(resumed), windowIndex(down), all.admitted[k])
+		}
 	}
 	// Stalled: every window wholly inside the stall still serves.
 	for k := windowIndex(stalled) + 1; k < windowIndex(resumed); k++ {
@@ -593,8 +596,12 @@ func TestFleetOnePeerStalledOrDown(t *testing.T) {
 	}
 	avail := float64(sum) / float64(max(n, 1)*fleetCap)
 	failures := []int64{statOf(t, tgs[0], "failures"), statOf(t, tgs[1], "failures")}
-	t.Logf("FLEET one peer of two down: the fleet admitted %.2f of its capacity over %d windows; failed callouts over the run %v, fallback episodes %d and %d",
-		avail, n, failures, statOf(t, tgs[0], "fallbacks"), statOf(t, tgs[1], "fallbacks"))
+	lost := 0
+	for _, tg := range tgs {
+		lost += strings.Count(tg.envoy.Log(), "answered from a new count")
+	}
+	t.Logf("FLEET one peer of two down: the fleet admitted %.2f of its capacity over %d windows; failed callouts over the run %v, fallback episodes %d and %d, lost counts seen %d",
+		avail, n, failures, statOf(t, tgs[0], "fallbacks"), statOf(t, tgs[1], "fallbacks"), lost)
 	if n < outage-2 || avail < 0.8 {
 		t.Errorf("one peer of two down: the fleet admitted %.2f of its capacity over %d windows, want ≥ 0.8", avail, n)
 	}

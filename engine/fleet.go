@@ -123,6 +123,10 @@ func (c LeaseCall) Retry() LeaseCall {
 type LeaseReply struct {
 	Over      bool  // OVER_LIMIT: nothing was consumed
 	Remaining int64 // what the key has left
+	// Reset is the key's reset_time (Unix ms; 0: not given). It is fixed
+	// when Gubernator creates the key's count, so a different one means
+	// the count was created again: its owner restarted or changed.
+	Reset int64
 }
 
 // FleetEvent is what a callout's outcome changed, for the host's metrics
@@ -134,6 +138,7 @@ type FleetEvent struct {
 	Cause     string
 	Leased    int64 // units leased by this callout
 	GivenBack int64 // units this callout gave back
+	LostCount bool  // Gubernator lost a window's count (see applyReplies)
 }
 
 // fleetSlot is the process's lease of one window.
@@ -149,7 +154,15 @@ type fleetSlot struct {
 	// the window's first answer (see fairShare): the others' demand then
 	// (total − posted; -1: no answer yet), and this process's posted.
 	base, baseMine int64
+	// count is the reset_time of the key's count this process leased from
+	// (0: none yet; lostCount: a later answer came from another count, and
+	// the window leases nothing more).
+	count int64
 }
+
+// lostCount marks a window whose key's count Gubernator lost while the
+// process held units of it (see applyReplies).
+const lostCount = -1
 
 // fleetState is the fleet record.
 type fleetState struct {
@@ -375,10 +388,10 @@ func (w *fleetWorker) done(v *view, k int64, call LeaseCall, replies []LeaseRepl
 // fleetWorker.updateFleet only.
 
 // The fleet record's encoding: a version byte, five integers, the down flag,
-// and fleetSlots slots of nine integers, little-endian.
+// and fleetSlots slots of ten integers, little-endian.
 const (
 	fleetVersion = 3
-	slotLen      = 9 * 8
+	slotLen      = 10 * 8
 	fleetLen     = 1 + 5*8 + 1 + fleetSlots*slotLen + sealLen
 )
 
@@ -405,6 +418,7 @@ func appendFleet(dst []byte, s *fleetState) []byte {
 		dst = le.AppendUint64(dst, uint64(sl.rem))
 		dst = le.AppendUint64(dst, uint64(sl.base))
 		dst = le.AppendUint64(dst, uint64(sl.baseMine))
+		dst = le.AppendUint64(dst, uint64(sl.count))
 	}
 	return seal(dst)
 }
@@ -431,9 +445,9 @@ func decodeFleet(b []byte) (fleetState, error) {
 	for i := range s.slots {
 		o := 42 + i*slotLen
 		sl := fleetSlot{window: u(o), leased: u(o + 8), asked: u(o + 16), posted: u(o + 24), total: u(o + 32), used: u(o + 40), rem: u(o + 48),
-			base: u(o + 56), baseMine: u(o + 64)}
+			base: u(o + 56), baseMine: u(o + 64), count: u(o + 72)}
 		if !inRange(sl.leased) || !inRange(sl.asked) || !inRange(sl.posted) || !inRange(sl.total) || !inRange(sl.used) ||
-			sl.rem < -1 || sl.rem > MaxCapacity || sl.base < -1 || sl.base > MaxCapacity || !inRange(sl.baseMine) {
+			sl.rem < -1 || sl.rem > MaxCapacity || sl.base < -1 || sl.base > MaxCapacity || !inRange(sl.baseMine) || sl.count < lostCount {
 			return fleetState{}, fmt.Errorf("%w: impossible fleet slot", errCorrupt)
 		}
 		s.slots[i] = sl
@@ -514,6 +528,23 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 			continue // a window that is over
 		}
 		sl := s.claim(h.Window)
+		if sl.count == lostCount {
+			continue
+		}
+		if r.Reset != 0 && sl.count != 0 && r.Reset != sl.count && sl.leased > 0 {
+			// The key's count was created again (its owner restarted, or a
+			// peer left and another took the key over) while this process
+			// held units of the old one: the new count does not know them,
+			// so what it grants would come on top. The window keeps what it
+			// holds and leases nothing more; what this answer granted stays
+			// counted, unused.
+			sl.count = lostCount
+			ev.LostCount = true
+			continue
+		}
+		if r.Reset != 0 {
+			sl.count = r.Reset
+		}
 		if h.Hits == 0 || !consumed(h.Hits, r) {
 			sl.rem = max(r.Remaining, 0) // a probe, or a refused lease
 			continue

@@ -17,12 +17,21 @@ import (
 type fakeGubernator struct {
 	remaining map[string]int64
 	stuck     map[string]bool
+	created   map[string]int64 // each key's reset_time, fixed when its count is created
 	down      bool
 	calls     int
 }
 
 func newFakeGubernator() *fakeGubernator {
-	return &fakeGubernator{remaining: make(map[string]int64), stuck: make(map[string]bool)}
+	return &fakeGubernator{remaining: make(map[string]int64), stuck: make(map[string]bool), created: make(map[string]int64)}
+}
+
+// forget drops every count, as a restarted peer that owned every key.
+func (g *fakeGubernator) forget() {
+	g.remaining, g.stuck = make(map[string]int64), make(map[string]bool)
+	for k := range g.created {
+		delete(g.created, k)
+	}
 }
 
 var errDown = errors.New("gubernator unreachable")
@@ -37,20 +46,20 @@ func (g *fakeGubernator) answer(call LeaseCall) ([]LeaseReply, error) {
 		rem, ok := g.remaining[h.Key]
 		if !ok {
 			rem = h.Limit
-		}
-		if !ok {
 			g.remaining[h.Key] = rem
+			g.created[h.Key] = int64(g.calls)*1000 + int64(i) // a reset_time unique to this count
 		}
+		reset := g.created[h.Key]
 		if rem == 0 && h.Hits > 0 {
 			g.stuck[h.Key] = true
 		}
 		if h.Hits > rem {
-			out[i] = LeaseReply{Over: true, Remaining: rem}
+			out[i] = LeaseReply{Over: true, Remaining: rem, Reset: reset}
 			continue
 		}
 		rem -= h.Hits
 		g.remaining[h.Key] = rem
-		out[i] = LeaseReply{Over: g.stuck[h.Key], Remaining: rem}
+		out[i] = LeaseReply{Over: g.stuck[h.Key], Remaining: rem, Reset: reset}
 	}
 	return out, nil
 }
@@ -182,6 +191,45 @@ func TestFleetBoundAndDemandSplit(t *testing.T) {
 		}
 		if heavy+light < fleetCap*3/4 {
 			t.Errorf("window %d: fleet admitted %d of %d: capacity left idle", k, heavy+light, fleetCap)
+		}
+	}
+}
+
+// A Gubernator that loses every count mid-window (a restarted owner) hands
+// out the capacity again; processes that held units of the old counts
+// tell by the keys' reset_time and lease nothing more for those windows,
+// so no window admits more than the fleet capacity.
+func TestFleetLostCountLeasesNothingMore(t *testing.T) {
+	const fleetCap = 200
+	cfg, g, procs, k0 := newFleetPair(t, fleetCap, 20)
+	cc := capcheck.New(fleetCap)
+	forgotAt := fleetEpoch.Add(2*cfg.Cycle + 3*time.Second)
+	forgot := false
+	fleetRun(procs, g, cc, fleetEpoch, fleetEpoch.Add(5*cfg.Cycle), func(int, int64) int { return 2 },
+		func(now time.Time, _ int64) {
+			if !forgot && !now.Before(forgotAt) {
+				g.forget()
+				forgot = true
+			}
+		})
+	if v := cc.Violations(); len(v) > 0 {
+		t.Errorf("over the fleet capacity after a lost count: %v", v)
+	}
+	lost := 0
+	for _, p := range procs {
+		for _, ev := range p.events {
+			if ev.LostCount {
+				lost++
+			}
+		}
+	}
+	if lost == 0 {
+		t.Error("no process saw the lost count")
+	}
+	// Windows after the lost ones lease from fresh keys as usual.
+	for k := k0 + 4; k < k0+5; k++ {
+		if total := procs[0].admitted[k] + procs[1].admitted[k]; total < fleetCap*3/4 {
+			t.Errorf("window %d after the loss: admitted %d of %d", k-k0, total, fleetCap)
 		}
 	}
 }

@@ -126,3 +126,60 @@ func TestFairRetryAfterIsWhenTheNextUnitAccrues(t *testing.T) {
 	}
 	t.Logf("client a: %d admitted, %d of them at the Retry-After it was told", admitted, retries)
 }
+
+// Paced, a client the limit's pacer held back (not the budget, which has
+// units left) is told when the pacer's next unit fits, not the window's
+// end, and a retry then is admitted.
+func TestPacedRetryAfterIsThePacersNextUnit(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	cfg.MinCycle = 500 * time.Millisecond
+	cfg.Pace, cfg.Burst = true, 0.2
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0)
+	now := t0.Add(time.Second)
+	if d := l.AdmitAt(now, "a"); !d.Allowed {
+		t.Fatalf("a refused: %+v", d)
+	}
+	d := l.AdmitAt(now, "b")
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= d.Reset {
+		t.Fatalf("b right after a: %+v, want a refusal until the pacer's next unit, before the window's end", d)
+	}
+	if again := l.AdmitAt(now.Add(d.RetryAfter), "b"); !again.Allowed {
+		t.Errorf("b retried at its Retry-After (%v): %+v", d.RetryAfter, again)
+	}
+}
+
+// Paced, a client that had its paced amount is told when its next unit
+// accrues (pacedAmount rounds up: as soon as the exact amount passes what
+// it has), and is admitted then; once it had its whole share, the
+// window's end.
+func TestPacedClientRetryAfterIsItsNextUnit(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	cfg.MinCycle = 500 * time.Millisecond
+	cfg.Pace, cfg.Burst = true, 0.2
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0)
+	now := t0.Add(40 * time.Millisecond)
+	if d := l.AdmitAt(now, "a"); !d.Allowed || d.Limit != 2 {
+		t.Fatalf("a's first request: %+v, want admitted with a share of 2", d)
+	}
+	d := l.AdmitAt(now, "a")
+	// Its share of 2 paces as ceil(2 × (0.2 + 0.8 f)): the second unit
+	// comes once f passes 0.375, 1.875 s into the 5 s window.
+	want := 1875*time.Millisecond - 40*time.Millisecond
+	if d.Allowed || d.RetryAfter < want || d.RetryAfter > want+time.Millisecond {
+		t.Fatalf("a's second request: %+v, want a refusal until its next unit, %v", d, want)
+	}
+	if again := l.AdmitAt(now.Add(d.RetryAfter), "a"); !again.Allowed {
+		t.Fatalf("a retried at its Retry-After: %+v", again)
+	}
+	if last := l.AdmitAt(now.Add(d.RetryAfter), "a"); last.Allowed || last.RetryAfter != last.Reset {
+		t.Errorf("a with its whole share: %+v, want a refusal until the window's end", last)
+	}
+}

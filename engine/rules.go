@@ -1214,13 +1214,14 @@ func windowElapsed(p *plan, cfg *Config, t int64) float64 {
 
 // nextAccrual is when a client whose last lease fell short may find
 // more (Unix ns; 0: not before the window's end): when the window's budget
-// may grant again (moreAt, when the budget cut the lease: short), and no
-// earlier than pacing's next unit (paceAt).
-func nextAccrual(paceAt, moreAt int64, short bool) int64 {
+// may grant again (moreAt, when the budget cut the lease: cut), and no
+// earlier than pacing's next unit (paceAt, 0 when pacing did not hold it).
+// A lease that neither cut found its share spent: 0.
+func nextAccrual(paceAt, moreAt int64, cut bool) int64 {
 	switch {
-	case short && moreAt == 0:
+	case cut && moreAt == 0:
 		return 0 // the budget grants nothing more in this window
-	case short:
+	case cut:
 		return max(paceAt, moreAt)
 	}
 	return paceAt
@@ -1309,14 +1310,17 @@ func paceParams(cfg *Config) (interval, tolerance int64) {
 }
 
 // pacedAt is when a share's paced amount reaches units, in p's window.
+// pacedAmount rounds up, so the units-th unit is there as soon as the
+// exact amount passes units − 1: a microsecond after that moment (past
+// pacedAmount's rounding hair), not when the amount reaches units.
 func pacedAt(p *plan, cfg *Config, share, units int64) int64 {
 	start, end := planWindow(p, cfg)
 	b := cfg.Burst
 	if b >= 1 || share <= 0 {
 		return start
 	}
-	f := (float64(units)/float64(share) - b) / (1 - b)
-	return start + int64(math.Ceil(math.Max(0, math.Min(1, f))*float64(end-start)))
+	f := (float64(units-1)/float64(share) - b) / (1 - b)
+	return start + int64(math.Ceil(math.Max(0, math.Min(1, f))*float64(end-start))) + int64(time.Microsecond)
 }
 
 // Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
@@ -1450,6 +1454,9 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 		room = min(room, max(0, fair-cur.leased)+surplus(cur, f.Capacity, fair, elapsed, left))
 	}
 	switch {
+	case cur.count == lostCount:
+		// Gubernator lost this window's count: what it grants now would
+		// come on top of what the processes hold (applyReplies).
 	case early && cur.leased > fair && headroom > 0:
 		// Holding more than its share while others want theirs (the
 		// split moved): the excess goes back now, not at the window's end.
@@ -1463,7 +1470,7 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 		next := s.claim(k + 1)
 		target := max(2*need(horizon), floor)
 		room := min(capacity, fairShare(s, k, f.Capacity, elapsed, cycle)) - next.leased
-		if next.leased*2 < target {
+		if next.leased*2 < target && next.count != lostCount {
 			p.ahead, p.probeAhead = capLease(target-next.leased, room, next.rem, f.Capacity)
 		}
 	}

@@ -576,11 +576,13 @@ func (r *view) unshifted(t int64) int64 { return t - r.plan.shift }
 
 // held says what held a lease back, for the client's Retry-After: the
 // borrow gate or pacing cut the take (clipped), pacing's next unit fits at
-// paceAt (Unix ns, 0: pacing did not hold it), and the budget may grant
-// again at moreAt (Unix ns, 0: not before the window's end).
+// paceAt (Unix ns, 0: pacing did not hold it), and the window budget cut
+// it (cut) and may grant again at moreAt (Unix ns, 0: not before the
+// window's end).
 type held struct {
 	clipped bool
 	paceAt  int64
+	cut     bool
 	moreAt  int64
 }
 
@@ -697,7 +699,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 				got, took, err := r.take(want-inHand, t, gate)
 				h.clipped = h.clipped || took.clipped
 				h.paceAt = max(h.paceAt, took.paceAt)
-				h.moreAt = took.moreAt
+				h.cut, h.moreAt = took.cut, took.moreAt
 				switch {
 				case errors.Is(err, errStale):
 					res = syncStale
@@ -740,7 +742,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
-	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort)
+	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort && h.cut)
 	return syncOK
 }
 
@@ -764,7 +766,7 @@ func (r *view) take(n, t int64, gate borrowGate) (int64, held, error) {
 	if got < n {
 		start, end := planWindow(&r.plan, r.cfg)
 		gate.had += got
-		h.moreAt = budgetMoreAt(r.seen, gate, clipped, r.cfg, t, start, end)
+		h.cut, h.moreAt = true, budgetMoreAt(r.seen, gate, clipped, r.cfg, t, start, end)
 	}
 	return m, h, nil
 }

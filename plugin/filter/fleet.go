@@ -191,12 +191,13 @@ func (e *gubernatorError) Error() string { return "gubernator: " + e.msg }
 type gubernatorReply struct {
 	Status    string          `json:"status"`
 	Remaining json.RawMessage `json:"remaining"`
+	ResetTime json.RawMessage `json:"reset_time"`
 	Error     string          `json:"error"`
 }
 
 // ParseLeaseReplies reads a GetRateLimits answer that must hold exactly n
-// answers, each UNDER_LIMIT or OVER_LIMIT with a remaining count and no
-// error. Anything else is garbage, reported as an error, never a panic.
+// answers, each UNDER_LIMIT or OVER_LIMIT with a remaining count, an
+// optional reset_time, and no error. Anything else is garbage, reported as an error, never a panic.
 func ParseLeaseReplies(body []byte, n int) ([]engine.LeaseReply, error) {
 	if len(body) > MaxFleetReply {
 		return nil, &gubernatorError{"answer of " + strconv.Itoa(len(body)) + " bytes"}
@@ -227,6 +228,15 @@ func ParseLeaseReplies(body []byte, n int) ([]engine.LeaseReply, error) {
 			return nil, &gubernatorError{"remaining " + truncate(string(r.Remaining), 40)}
 		}
 		out[i].Remaining = rem
+		// reset_time tells a key's count from one created again (an
+		// absent one, as protojson omits a zero, is unknown).
+		if len(r.ResetTime) > 0 {
+			reset, ok := jsonInt(r.ResetTime)
+			if !ok || reset < 0 {
+				return nil, &gubernatorError{"reset_time " + truncate(string(r.ResetTime), 40)}
+			}
+			out[i].Reset = reset
+		}
 	}
 	return out, nil
 }

@@ -122,7 +122,7 @@ func TestParseLeaseReplies(t *testing.T) {
 	good := `{"responses":[{"status":"UNDER_LIMIT", "limit":"100", "remaining":"70", "reset_time":"1795445237675", "error":"", "metadata":{"owner":"127.0.0.1:19052"}},
 		{"status":"OVER_LIMIT", "limit":"100", "remaining":70, "error":""}]}`
 	got, err := ParseLeaseReplies([]byte(good), 2)
-	if err != nil || len(got) != 2 || got[0] != (engine.LeaseReply{Remaining: 70}) || got[1] != (engine.LeaseReply{Over: true, Remaining: 70}) {
+	if err != nil || len(got) != 2 || got[0] != (engine.LeaseReply{Remaining: 70, Reset: 1795445237675}) || got[1] != (engine.LeaseReply{Over: true, Remaining: 70}) {
 		t.Fatalf("good answer: %+v, %v", got, err)
 	}
 	bad := []string{
@@ -135,6 +135,8 @@ func TestParseLeaseReplies(t *testing.T) {
 		`{"responses":[{"status":"UNDER_LIMIT","remaining":"-3"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
 		`{"responses":[{"status":"UNDER_LIMIT"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
 		`{"responses":"no"}`,
+		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1","reset_time":"soon"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
+		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1","reset_time":"-5"},{"status":"UNDER_LIMIT","remaining":"1"}]}`,
 		`{"responses":[{"status":"UNDER_LIMIT","remaining":"1"},` + strings.Repeat(" ", MaxFleetReply) + `]}`,
 	}
 	for _, b := range bad {

@@ -108,6 +108,10 @@ func (p *pluginContext) fleetDone(c *filter.FleetCall, status int, body []byte, 
 	}
 	fc.leased.pending += uint64(max(ev.Leased, 0))
 	fc.givenBack.pending += uint64(max(ev.GivenBack, 0))
+	if ev.LostCount {
+		proxywasm.LogWarnf("borrowcycle: %s: fleet: Gubernator (cluster %q) answered from a new count for a window this Envoy holds units of (a peer restarted, or a key changed owner): leasing nothing more for that window",
+			cfg.Name, c.Cluster)
+	}
 	switch {
 	case ev.FellBack:
 		fc.fallbacks.pending++
