@@ -265,7 +265,11 @@ func TestFleetSharesOneCapacityByDemand(t *testing.T) {
 	}
 }
 
-func TestFleetPeersDownThenBack(t *testing.T) {
+// startFleetPair starts two Envoys on a two-peer Gubernator cluster under
+// an even paced load, and returns once two windows have settled, with the
+// start of the first.
+func startFleetPair(t *testing.T) (*gubernatorCluster, []*target, *pacedLoad, time.Time) {
+	t.Helper()
 	g := startGubernator(t, 2)
 	tgs := []*target{
 		fleetEnvoy(t, "envoy-a", fleetConfig(), g.httpPorts()),
@@ -275,6 +279,28 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 	start := waitWindowStart()
 	load.set(5, 5)
 	time.Sleep(2 * fleetCycle)
+	return g, tgs, load, start
+}
+
+// finishWithinFallbacks ends the load and checks the whole run against
+// the bound of an outage: no request failed, and no window admitted more
+// than the fleet capacity plus both fallbacks.
+func finishWithinFallbacks(t *testing.T, load *pacedLoad, start time.Time) ([]fleetResponse, fleetWindows, time.Time) {
+	t.Helper()
+	rs := load.finish()
+	end := time.Now()
+	all := tally(rs, 2, fleetCap+2*fleetFallback, start, end)
+	if all.errors > 0 {
+		t.Errorf("%d requests failed", all.errors)
+	}
+	if v := all.check.Violations(); len(v) > 0 {
+		t.Errorf("over capacity + fallbacks: %v", v)
+	}
+	return rs, all, end
+}
+
+func TestFleetPeersDownThenBack(t *testing.T) {
+	g, tgs, load, start := startFleetPair(t)
 	g.stop(1)
 	t.Log("peer 1 stopped")
 	time.Sleep(3 * fleetCycle)
@@ -321,17 +347,7 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 	}
 	restartedIn := windowIndex(time.Now())
 	time.Sleep(4 * fleetCycle)
-	rs := load.finish()
-	end := time.Now()
-
-	// Whole run: never more than the fleet capacity plus both fallbacks.
-	all := tally(rs, 2, fleetCap+2*fleetFallback, start, end)
-	if all.errors > 0 {
-		t.Errorf("%d requests failed", all.errors)
-	}
-	if v := all.check.Violations(); len(v) > 0 {
-		t.Errorf("over capacity + fallbacks: %v", v)
-	}
+	rs, all, end := finishWithinFallbacks(t, load, start)
 	// Windows wholly inside the outage: each Envoy serves, within its fallback.
 	from, _, _ := engine.WindowAt(bothDown, fleetCycle, 0)
 	for k := from + 2; k < windowIndex(back); k++ {
@@ -537,15 +553,7 @@ func TestFleetMisspelledClusterIsLoggedEveryTime(t *testing.T) {
 // capacity: callouts that get no answer are retried on the other peer,
 // and the fallback lasts only until an answer.
 func TestFleetOnePeerStalledOrDown(t *testing.T) {
-	g := startGubernator(t, 2)
-	tgs := []*target{
-		fleetEnvoy(t, "envoy-a", fleetConfig(), g.httpPorts()),
-		fleetEnvoy(t, "envoy-b", fleetConfig(), g.httpPorts()),
-	}
-	load := startLoad(tgs)
-	start := waitWindowStart()
-	load.set(5, 5)
-	time.Sleep(2 * fleetCycle)
+	g, tgs, load, start := startFleetPair(t)
 	g.pause(0)
 	stalled := time.Now()
 	t.Log("peer 0 stalled (SIGSTOP)")
@@ -564,15 +572,8 @@ func TestFleetOnePeerStalledOrDown(t *testing.T) {
 	t.Log("peer 1 stopped")
 	const outage = 6 // windows
 	time.Sleep(outage * fleetCycle)
-	rs := load.finish()
-	end := time.Now()
-
-	all := tally(rs, 2, fleetCap+2*fleetFallback, start, end)
-	if all.errors > 0 {
-		t.Errorf("%d requests failed", all.errors)
-	}
-	if v := all.check.Violations(); len(v) > 0 {
-		t.Errorf("over capacity + fallbacks: %v", v)
+	_, all, end := finishWithinFallbacks(t, load, start)
+	if len(all.check.Violations()) > 0 {
 		for k := windowIndex(start); k <= windowIndex(end); k++ {
 			t.Logf("window %d (stall from %d to %d, peer down from %d): admitted %v", k, windowIndex(stalled), windowIndex(resumed), windowIndex(down), all.admitted[k])
 		}

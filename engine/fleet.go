@@ -151,8 +151,9 @@ type fleetSlot struct {
 	used   int64 // the budget's granted at the last sync of the window
 	rem    int64 // what the key had left at its last answer; -1: no answer yet
 	// The demand split is read from what the fleet's demand grew by since
-	// the window's first answer (see fairShare): the others' demand then
-	// (total − posted; -1: no answer yet), and this process's posted.
+	// the window's second answer (see fairShare): the others' demand then
+	// (total − posted; baseNone, baseNext before it), and this process's
+	// posted.
 	base, baseMine int64
 	// count is the reset_time of the key's count this process leased from
 	// (0: none yet; lostCount: a later answer came from another count, and
@@ -163,6 +164,13 @@ type fleetSlot struct {
 // lostCount marks a window whose key's count Gubernator lost while the
 // process held units of it (see applyReplies).
 const lostCount = -1
+
+// fleetSlot.base before the window's second answer of the demand key: none
+// yet, and one (the next sets the base).
+const (
+	baseNone = -1
+	baseNext = -2
+)
 
 // fleetState is the fleet record.
 type fleetState struct {
@@ -180,7 +188,7 @@ const noWindow = math.MinInt64
 func newFleetState() fleetState {
 	s := fleetState{fallbackUntil: noWindow}
 	for i := range s.slots {
-		s.slots[i] = fleetSlot{window: noWindow, rem: -1, base: -1}
+		s.slots[i] = fleetSlot{window: noWindow, rem: -1, base: baseNone}
 	}
 	return s
 }
@@ -447,7 +455,7 @@ func decodeFleet(b []byte) (fleetState, error) {
 		sl := fleetSlot{window: u(o), leased: u(o + 8), asked: u(o + 16), posted: u(o + 24), total: u(o + 32), used: u(o + 40), rem: u(o + 48),
 			base: u(o + 56), baseMine: u(o + 64), count: u(o + 72)}
 		if !inRange(sl.leased) || !inRange(sl.asked) || !inRange(sl.posted) || !inRange(sl.total) || !inRange(sl.used) ||
-			sl.rem < -1 || sl.rem > MaxCapacity || sl.base < -1 || sl.base > MaxCapacity || !inRange(sl.baseMine) || sl.count < lostCount {
+			sl.rem < -1 || sl.rem > MaxCapacity || sl.base < baseNext || sl.base > MaxCapacity || !inRange(sl.baseMine) || sl.count < lostCount {
 			return fleetState{}, fmt.Errorf("%w: impossible fleet slot", errCorrupt)
 		}
 		s.slots[i] = sl
@@ -514,7 +522,10 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 			if sl := s.slot(h.Window); sl != nil && !r.Over {
 				sl.posted += h.Hits
 				sl.total = max(h.Limit-r.Remaining, sl.asked)
-				if sl.base < 0 {
+				switch sl.base {
+				case baseNone:
+					sl.base = baseNext
+				case baseNext:
 					sl.base, sl.baseMine = max(0, sl.total-sl.posted), sl.posted
 				}
 			}

@@ -131,14 +131,7 @@ func TestFairRetryAfterIsWhenTheNextUnitAccrues(t *testing.T) {
 // units left) is told when the pacer's next unit fits, not the window's
 // end, and a retry then is admitted.
 func TestPacedRetryAfterIsThePacersNextUnit(t *testing.T) {
-	cfg := Defaults(6, 5*time.Second)
-	cfg.MinCycle = 500 * time.Millisecond
-	cfg.Pace, cfg.Burst = true, 0.2
-	l := newLimiter(t, cfg, NewMemStore())
-	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
-		t.Fatal(err)
-	}
-	l.TickAt(t0)
+	l := pacedThree(t)
 	now := t0.Add(time.Second)
 	if d := l.AdmitAt(now, "a"); !d.Allowed {
 		t.Fatalf("a refused: %+v", d)
@@ -157,14 +150,7 @@ func TestPacedRetryAfterIsThePacersNextUnit(t *testing.T) {
 // it has), and is admitted then; once it had its whole share, the
 // window's end.
 func TestPacedClientRetryAfterIsItsNextUnit(t *testing.T) {
-	cfg := Defaults(6, 5*time.Second)
-	cfg.MinCycle = 500 * time.Millisecond
-	cfg.Pace, cfg.Burst = true, 0.2
-	l := newLimiter(t, cfg, NewMemStore())
-	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
-		t.Fatal(err)
-	}
-	l.TickAt(t0)
+	l := pacedThree(t)
 	now := t0.Add(40 * time.Millisecond)
 	if d := l.AdmitAt(now, "a"); !d.Allowed || d.Limit != 2 {
 		t.Fatalf("a's first request: %+v, want admitted with a share of 2", d)
@@ -182,4 +168,19 @@ func TestPacedClientRetryAfterIsItsNextUnit(t *testing.T) {
 	if last := l.AdmitAt(now.Add(d.RetryAfter), "a"); last.Allowed || last.RetryAfter != last.Reset {
 		t.Errorf("a with its whole share: %+v, want a refusal until the window's end", last)
 	}
+}
+
+// pacedThree is a limit of 6 per 5 s paced with burst 0.2, its three
+// clients a, b and c registered at t0: a share of 2 each.
+func pacedThree(t *testing.T) *Limiter {
+	t.Helper()
+	cfg := Defaults(6, 5*time.Second)
+	cfg.MinCycle = 500 * time.Millisecond
+	cfg.Pace, cfg.Burst = true, 0.2
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	l.TickAt(t0)
+	return l
 }

@@ -1387,7 +1387,7 @@ func (s *fleetState) claim(k int64) *fleetSlot {
 			old = &s.slots[i]
 		}
 	}
-	*old = fleetSlot{window: k, rem: -1, base: -1}
+	*old = fleetSlot{window: k, rem: -1, base: baseNone}
 	return old
 }
 
@@ -1484,15 +1484,19 @@ func sizeLeases(s *fleetState, f *Fleet, capacity, k, elapsed, left, cycle int64
 // the previous window's demand counts too, fading out over the first
 // quarter of this one, after which the split follows this window's demand.
 //
-// The parts are what each side's demand grew by since the process's first
-// answer in the window, not their totals: when it reads the key, the
-// others have posted their demand up to their last sync, which may be
+// The parts are what each side's demand grew by since the process's
+// second answer in the window, not their totals: when it reads the key,
+// the others have posted their demand up to their last sync, which may be
 // almost a sync interval older than its own, and by as much at every read
 // for a run, since every process syncs on the same period. Totals would
 // give the process that reads right before the others post a share too
 // large for good (and a lease is kept once taken); between two of its
 // reads, though, every other process posted exactly as many intervals of
-// demand as it did.
+// demand as it did. Not from the first answer: the others' first post of
+// the window may cover an interval that began before it, with less
+// demand in it than a whole interval's. Rounded to the nearest unit, not
+// up: rounding up favours the smaller shares, and the unit a rounding
+// leaves goes to whoever needs it late in the window (surplus).
 func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 	var mine, all float64
 	prevWeight := max(0, 1-4*float64(elapsed)/float64(cycle))
@@ -1512,7 +1516,7 @@ func fairShare(s *fleetState, k, fleetCap, elapsed, cycle int64) int64 {
 	if all <= 0 || mine >= all {
 		return fleetCap
 	}
-	return int64(math.Ceil(float64(fleetCap) * mine / all))
+	return int64(math.Round(float64(fleetCap) * mine / all))
 }
 
 // surplus is what a process may lease beyond its fair share late in a
