@@ -317,8 +317,8 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 	ready := time.Now()
 	// Recovery, from the cluster answering again, as the flushed counters
 	// show it (up to one tick period late): each Envoy's first answered
-	// callout (it rejoins), then its first lease (the fallback stays in
-	// force to the end of the window after the last failure).
+	// callout (it rejoins), then its first lease (leasing goes on through
+	// the fallback, so it comes with the next sync).
 	var rejoined, recovered []time.Duration
 	for i, tg := range tgs {
 		for answered(t, tg) == answeredBefore[i] {
@@ -358,8 +358,9 @@ func TestFleetPeersDownThenBack(t *testing.T) {
 			}
 		}
 	}
-	// Once the fallback is out of force (two windows after the first
-	// answer), the fleet is bounded by its capacity alone, and leases again.
+	// Once the fallback is out of force (from the window after the one of
+	// the first answer; one more for margin), the fleet is bounded by its
+	// capacity alone.
 	settled := time.Unix(0, (restartedIn+2)*int64(fleetCycle)) // window starts: no offset
 	after := tally(rs, 2, fleetCap, settled, end)
 	if v := after.check.Violations(); len(v) > 0 {

@@ -504,7 +504,6 @@ func applyReplies(s *fleetState, call LeaseCall, replies []LeaseReply, err error
 	var ev FleetEvent
 	if err != nil {
 		ev.Failed, ev.Cause = true, err.Error()
-		s.fallbackUntil = max(s.fallbackUntil, k)
 		if !s.down {
 			s.down, ev.FellBack = true, true
 		}
