@@ -32,6 +32,11 @@ var errStore = errors.New("store failed")
 // replace it (view.resetCorrupt).
 var errCorrupt = errors.New("corrupt value")
 
+// errReread: what a transaction read changed under it in a way its CAS
+// cannot tell (another key moved between two reads): it starts again, as
+// after a CAS mismatch.
+var errReread = errors.New("read again")
+
 // errStale: the budget belongs to a newer plan's window than the view.
 var errStale = errors.New("view older than the budget")
 

@@ -684,3 +684,55 @@ func TestFreshWorkersReplaceAnUnreadableStore(t *testing.T) {
 		t.Errorf("admitted %d and %d in the two windows after the first; want admissions to resume by the next window", admitted[k0+1], admitted[k0+2])
 	}
 }
+
+// A roll that reads the plan, then finds a budget written under a plan
+// another worker published between the two reads, reads both again: the
+// budget is not corrupt, and nothing is reported as unreadable.
+func TestRollAfterAPlanPublishedBetweenItsReads(t *testing.T) {
+	store := &interposingStore{Store: NewMemStore()}
+	cfg := testConfig()
+	resets := &resetCounter{}
+	a, _ := New(cfg, store, WithObserver(resets))
+	b, _ := New(cfg, store, WithObserver(resets))
+	if err := a.RegisterAt(t0, "X", "Y"); err != nil {
+		t.Fatal(err)
+	}
+	send(a, t0.Add(time.Second), "X", 5)
+	b.AdmitAt(t0.Add(time.Second), "Y")
+	next := t0.Add(10 * time.Second)
+	// a's roll reads the plan; before its read of the budget, b rolls
+	// and takes a unit (it writes the budget under its plan).
+	store.after, store.before, store.hook = a.view.planKey, a.view.budgetKey, func() { b.AdmitAt(next, "Y") }
+	if d := a.AdmitAt(next, "X"); !d.Allowed {
+		t.Fatalf("X after the roll: %+v", d)
+	}
+	if store.hook != nil {
+		t.Fatal("the interposed roll never ran: the test shows nothing")
+	}
+	if resets.n != 0 {
+		t.Fatalf("%d values reported unreadable, want none", resets.n)
+	}
+	if a.view.plan.id != b.view.plan.id {
+		t.Fatalf("a holds plan %d, b published %d: one roll per window", a.view.plan.id, b.view.plan.id)
+	}
+}
+
+// interposingStore runs hook once, just before the first Get of key
+// before that follows a Get of key after.
+type interposingStore struct {
+	Store
+	after, before string
+	hook          func()
+	armed         bool
+}
+
+func (s *interposingStore) Get(k string) ([]byte, uint32, error) {
+	switch h := s.hook; {
+	case h != nil && k == s.after:
+		s.armed = true
+	case h != nil && s.armed && k == s.before:
+		s.hook = nil
+		h()
+	}
+	return s.Store.Get(k)
+}

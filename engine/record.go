@@ -73,6 +73,10 @@ func casUpdate(store Store, obs Observer, retries int, key, op string, read *buc
 			raw, cas = nil, casCreate
 		}
 		out, err := change(stored{raw: raw, cas: cas, missing: missing})
+		if errors.Is(err, errReread) {
+			obs.CASRetry()
+			continue
+		}
 		if err != nil || out == nil {
 			return err
 		}

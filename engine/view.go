@@ -336,8 +336,12 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		}
 		if !bcorrupt && v.roll > cur.id && !corrupt {
 			// A budget can only name a plan that was published before it was
-			// written: one naming a later plan than the newest is corrupt
-			// (if a plan was published since our read, our CAS fails).
+			// written: one naming a later plan than the one read was written
+			// after a plan published between the two reads (read both
+			// again), or else it is corrupt.
+			if _, cas, err := r.store.Get(r.planKey); err == nil && cas != r.planCAS {
+				return nil, errReread
+			}
 			r.obs.ValueReset(r.budgetKey, errCorrupt)
 			bcorrupt = true
 		}

@@ -67,24 +67,26 @@ func TestReplyPlans(t *testing.T) {
 // window's end, and the jitter moves both later by a uniform draw in
 // [0, retry_after_jitter].
 func TestReplyRetryTimeAndJitter(t *testing.T) {
-	d := engine.Decision{Reason: engine.ReasonOverLimit, WouldReject: true, Limit: 10,
-		Reset: 7500 * time.Millisecond, RetryAfter: 1200 * time.Millisecond}
 	for _, c := range []struct {
 		name, config string
-		draw         int64 // what the random source returns
+		wait         time.Duration // the engine's retry time
+		draw         int64         // what the random source returns
 		retry, reset string
 		ietf         bool
 	}{
-		{"no jitter: the retry time, rounded up", `{"capacity": 10, "cycle": "10s"}`, 0, "2", "2", false},
-		{"the least jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 0, "2", "2", false},
-		{"the most jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, int64(3 * time.Second), "5", "5", false},
+		{"no jitter: the retry time, rounded up", `{"capacity": 10, "cycle": "10s"}`, 1200 * time.Millisecond, 0, "2", "2", false},
+		{"a retry due now: one second in both", `{"capacity": 10, "cycle": "10s"}`, 0, 0, "1", "1", false},
+		{"the least jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, 0, "2", "2", false},
+		{"the most jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, int64(3 * time.Second), "5", "5", false},
 		{"ietf's t= moves with it", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s", "rate_limit_headers": "ietf"}`,
-			int64(1900 * time.Millisecond), "4", `"default";r=0;t=4`, true},
+			1200 * time.Millisecond, int64(1900 * time.Millisecond), "4", `"default";r=0;t=4`, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f, _ := mustFilter(t, c.config)
 			var bound int64
 			f.limits[0].resp.rand = func(n int64) int64 { bound = n; return c.draw }
+			d := engine.Decision{Reason: engine.ReasonOverLimit, WouldReject: true, Limit: 10,
+				Reset: 7500 * time.Millisecond, RetryAfter: c.wait}
 			h := f.Reply(Outcome{Decision: d}).Headers
 			resetAt := 5
 			if c.ietf {

@@ -100,10 +100,11 @@ func (r *responder) reply(d engine.Decision) Reply {
 		if r.jitter > 0 {
 			wait += time.Duration(r.rand(int64(r.jitter) + 1))
 		}
+		secs := retryAfterSeconds(wait)
 		h = append(h,
 			[2]string{hdrRateLimited, "true"},
-			[2]string{hdrRetryAfter, r.int(retryAfterSeconds(wait))})
-		h = r.appendRateLimit(h, d, wait)
+			[2]string{hdrRetryAfter, r.int(secs)})
+		h = r.appendRateLimit(h, d, secs)
 	}
 	if r.debug {
 		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
@@ -119,7 +120,7 @@ func (r *responder) responseHeaders(d engine.Decision) [][2]string {
 	r.buf = r.buf[:0]
 	h := r.headers[:0]
 	if r.onAllowed && reportsShare(d) {
-		h = r.appendRateLimit(h, d, d.Reset)
+		h = r.appendRateLimit(h, d, ceilSeconds(d.Reset))
 	}
 	if r.debug {
 		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
@@ -143,10 +144,10 @@ func unidentified(r engine.Reason) bool {
 }
 
 // appendRateLimit appends the rate-limit headers of the configured style;
-// their reset is wait: the window's end on an admitted request, the retry
-// time on a refused one.
-func (r *responder) appendRateLimit(h [][2]string, d engine.Decision, wait time.Duration) [][2]string {
-	reset := ceilSeconds(wait)
+// their reset is in whole seconds: the window's end on an admitted
+// request, the retry-after itself on a refused one (so the two never
+// differ, even where a wait under a second rounds up to one).
+func (r *responder) appendRateLimit(h [][2]string, d engine.Decision, reset int64) [][2]string {
 	switch r.style {
 	case StyleXRateLimit:
 		return append(h,
