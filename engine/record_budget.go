@@ -129,10 +129,15 @@ type budgetSeen struct {
 	held          bool
 }
 
-// spent reports whether the budget of the view's window had nothing left
-// for a take at the last one this worker made (and not because the fleet
-// had yet to lease it).
+// spent reports whether the budget of the view's window has nothing left
+// for a newcomer: the plan split nothing (a partition's re-plan that found
+// the budget spent scales every newcomer's share to 0), or the last take
+// this worker made found nothing left (and not because the fleet had yet
+// to lease it).
 func (r *view) spent() bool {
+	if p := &r.plan; p.n > 0 && p.scale == 0 {
+		return true
+	}
 	s := r.seen
 	return s.window == r.plan.window && s.left > 0 && s.granted >= s.left && !s.held
 }

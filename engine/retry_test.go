@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -183,4 +184,100 @@ func pacedThree(t *testing.T) *Limiter {
 	}
 	l.TickAt(t0)
 	return l
+}
+
+// retryingAttempt is one request of a simulated retrying client.
+type retryingAttempt struct {
+	client  int
+	at      time.Time
+	retry   bool // made at the Retry-After of the client's last refusal
+	d       Decision
+	windowK int64
+}
+
+// retryingClients runs clients that send each requests one after the
+// other, 2 ms apart, alternating over the workers, and that obey
+// Retry-After as an HTTP client does: whole seconds, rounded up (RFC 9110).
+func retryingClients(workers []*Limiter, start time.Time, clients, each int) []retryingAttempt {
+	type client struct {
+		next  time.Time
+		done  int
+		retry bool
+	}
+	cs := make([]*client, clients)
+	for i := range cs {
+		cs[i] = &client{next: start.Add(time.Duration(i) * time.Millisecond)}
+	}
+	var out []retryingAttempt
+	for n := 0; ; n++ {
+		ci := -1
+		for i, c := range cs {
+			if c.done < each && (ci < 0 || c.next.Before(cs[ci].next)) {
+				ci = i
+			}
+		}
+		if ci < 0 {
+			return out
+		}
+		c := cs[ci]
+		w := workers[n%len(workers)]
+		d := w.AdmitAt(c.next, fmt.Sprintf("retrying-%d", ci))
+		k, _, _ := WindowAt(c.next, w.cfg.Cycle, w.cfg.WindowOffset)
+		out = append(out, retryingAttempt{client: ci, at: c.next, retry: c.retry, d: d, windowK: k})
+		c.retry = !d.Allowed
+		if d.Allowed {
+			c.done++
+			c.next = c.next.Add(2 * time.Millisecond)
+		} else {
+			c.next = c.next.Add((d.RetryAfter+time.Second-1)/time.Second*time.Second + 2*time.Millisecond)
+		}
+	}
+}
+
+// Under the seed policy, two newcomers arrive just after a third took the
+// first plan, which gives it the whole window; it spends it at once. Told
+// to wait for the re-plan, they find the budget spent there: from then on
+// they are told the window's end (not the next re-plan), and the next
+// window counts what they asked for, at the default share of 2 each. From
+// that window on, every retry made at Retry-After succeeds.
+func TestRetryingClientsUnderSeed(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	start := t0.Add(5*time.Second + 20*time.Millisecond)
+	k0, _, end0 := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+	attempts := retryingClients(workers, start, 3, 10)
+	var retries, ok int
+	done := make([]int, 3)
+	for _, a := range attempts {
+		if a.d.Allowed {
+			done[a.client]++
+		}
+		if a.windowK == k0+1 && a.d.Allowed && a.d.Limit != 2 {
+			t.Errorf("client %d's share in the second window: %d, want 2 (everyone asked for more than 6/3)", a.client, a.d.Limit)
+		}
+		// (A worker reads a request's time as at least its latest reading:
+		// the two workers' readings differ by a few milliseconds here.)
+		if off := a.at.Add(a.d.RetryAfter).Sub(end0); a.d.Reason == ReasonPending && a.retry && (off < -5*time.Millisecond || off > 5*time.Millisecond) {
+			t.Errorf("client %d pending again at %v, the budget spent: Retry-After %v, want the window's end", a.client, a.at.Sub(start), a.d.RetryAfter)
+		}
+		if !a.retry || a.windowK == k0 {
+			continue
+		}
+		retries++
+		if a.d.Allowed {
+			ok++
+		} else {
+			t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(start), a.d)
+		}
+	}
+	for i, n := range done {
+		if n != 10 {
+			t.Errorf("client %d completed %d of 10", i, n)
+		}
+	}
+	if retries == 0 {
+		t.Fatal("no retry after the first window: the test shows nothing")
+	}
+	t.Logf("%d of %d retries after the first window succeeded, %d attempts in all", ok, retries, len(attempts))
 }

@@ -1091,6 +1091,11 @@ func (r *view) prove(e entry, t int64) error {
 	}
 	if e.window < r.plan.window {
 		e.since, e.window, e.active, e.demand = t, r.plan.window, r.plan.window, 0
+	} else if waitingUnproven(&e) {
+		// The units it asked for when first seen are demand in this
+		// window, as they would have been had a plan counted it then: a
+		// newcomer told to wait is not a client that asked for less.
+		e.demand += int64(e.prev)
 	}
 	e.created, e.tries = r.plan.id, min(e.tries+1, maxTries)
 	return r.put(e)
