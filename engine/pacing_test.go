@@ -44,7 +44,22 @@ func TestPaceFit(t *testing.T) {
 		{"asks less than fits", 0, 1000, 2, 2, 1020},
 		{"nothing asked", 0, 1000, 0, 0, 0},
 	} {
-		m, next := paceFit(tc.tat, tc.now, tc.n, I, tol)
+		m, next := paceFit(tc.tat, tc.now, tc.n, paceParam{interval: I, tolerance: tol})
+		if m != tc.wantM || next != tc.wantTat {
+			t.Errorf("%s: paceFit = (%d, %d), want (%d, %d)", tc.name, m, next, tc.wantM, tc.wantTat)
+		}
+	}
+	// With a grace, a unit nobody took is still there for a while.
+	for _, tc := range []struct {
+		name           string
+		tat, now, n    int64
+		wantM, wantTat int64
+	}{
+		{"idle: the burst and the unit kept by the grace", 0, 1000, 10, 5, 1040},
+		{"a unit accrued 7 ago, kept", 993, 1000, 10, 4, 1033},
+		{"a unit accrued 12 ago: forfeited past the grace", 988, 1000, 10, 5, 1040},
+	} {
+		m, next := paceFit(tc.tat, tc.now, tc.n, paceParam{interval: I, tolerance: tol, grace: 10})
 		if m != tc.wantM || next != tc.wantTat {
 			t.Errorf("%s: paceFit = (%d, %d), want (%d, %d)", tc.name, m, next, tc.wantM, tc.wantTat)
 		}
@@ -55,7 +70,8 @@ func TestPaceFit(t *testing.T) {
 }
 
 // TestPacingBoundsSlidingCycle: with pacing, any interval of one cycle's
-// length admits at most (1 + burst) × capacity, for every policy, under
+// length admits at most (1 + burst) × capacity (one more when the pacer's
+// grace is in force, see paceParams), for every policy, under
 // random traffic that is idle for most of each window and then floods
 // across the boundary (the fixed-window edge). Without pacing the same
 // traffic gets close to 2 × capacity through.
@@ -102,8 +118,11 @@ func TestPacingBoundsSlidingCycle(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/burst=%v", pol.Name(), burst), func(t *testing.T) {
 				most, cfg := run(t, pol, true, burst, 1)
 				bound := max(int((1+burst)*float64(cfg.Capacity)), int(cfg.Capacity)+1)
+				if paceParams(&cfg).grace > 0 {
+					bound++ // the unit the grace keeps
+				}
 				if most > bound {
-					t.Errorf("paced: %d admitted in one cycle's length, bound (1+%v)×%d = %d", most, burst, cfg.Capacity, bound)
+					t.Errorf("paced: %d admitted in one cycle's length, bound (1+%v)×%d (+1 with a grace) = %d", most, burst, cfg.Capacity, bound)
 				}
 				t.Logf("paced: most in a sliding cycle %d (bound %d)", most, bound)
 			})

@@ -34,7 +34,7 @@ func (r *view) paced(got, t int64) (int64, held) {
 		return got, held{}
 	}
 	key := r.paceKey
-	interval, tolerance := paceParams(r.cfg)
+	pp := paceParams(r.cfg)
 	var m, next int64
 	err := r.update(key, "pace", nil, func(st stored) ([]byte, error) {
 		raw, missing := st.raw, st.missing
@@ -44,7 +44,7 @@ func (r *view) paced(got, t int64) (int64, held) {
 			if tat, err = decodePace(raw); err != nil {
 				r.obs.ValueReset(key, err)
 				tat = 0
-			} else if tat-t > int64(r.cfg.Cycle)+tolerance {
+			} else if tat-t > int64(r.cfg.Cycle)+pp.tolerance {
 				// No unit is paced more than a cycle past its tolerance: this
 				// pace was set by a clock that read far ahead. Kept, it would
 				// admit nothing until the clock got there.
@@ -52,7 +52,7 @@ func (r *view) paced(got, t int64) (int64, held) {
 				tat = 0
 			}
 		}
-		m, next = paceFit(tat, t, got, interval, tolerance)
+		m, next = paceFit(tat, t, got, pp)
 		if m == 0 {
 			return nil, nil
 		}
@@ -63,7 +63,7 @@ func (r *view) paced(got, t int64) (int64, held) {
 		m = 0
 	}
 	if m < got {
-		return m, held{clipped: true, paceAt: t + max(interval, paceWait(next, t, tolerance))}
+		return m, held{clipped: true, paceAt: t + max(pp.interval, paceWait(next, t, pp.tolerance))}
 	}
 	return m, held{}
 }

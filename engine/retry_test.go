@@ -130,19 +130,22 @@ func TestFairRetryAfterIsWhenTheNextUnitAccrues(t *testing.T) {
 
 // Paced, a client the limit's pacer held back (not the budget, which has
 // units left) is told when the pacer's next unit fits, not the window's
-// end, and a retry then is admitted.
+// end, and a retry then is admitted. (After a second of idle the pacer
+// holds two units: the one accrued, kept by its grace, and its burst.)
 func TestPacedRetryAfterIsThePacersNextUnit(t *testing.T) {
 	l := pacedThree(t)
 	now := t0.Add(time.Second)
-	if d := l.AdmitAt(now, "a"); !d.Allowed {
-		t.Fatalf("a refused: %+v", d)
+	for _, c := range []string{"a", "b"} {
+		if d := l.AdmitAt(now, c); !d.Allowed {
+			t.Fatalf("%s refused: %+v", c, d)
+		}
 	}
-	d := l.AdmitAt(now, "b")
+	d := l.AdmitAt(now, "c")
 	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= d.Reset {
-		t.Fatalf("b right after a: %+v, want a refusal until the pacer's next unit, before the window's end", d)
+		t.Fatalf("c right after a and b: %+v, want a refusal until the pacer's next unit, before the window's end", d)
 	}
-	if again := l.AdmitAt(now.Add(d.RetryAfter), "b"); !again.Allowed {
-		t.Errorf("b retried at its Retry-After (%v): %+v", d.RetryAfter, again)
+	if again := l.AdmitAt(now.Add(d.RetryAfter), "c"); !again.Allowed {
+		t.Errorf("c retried at its Retry-After (%v): %+v", d.RetryAfter, again)
 	}
 }
 
@@ -280,4 +283,44 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 		t.Fatal("no retry after the first window: the test shows nothing")
 	}
 	t.Logf("%d of %d retries after the first window succeeded, %d attempts in all", ok, retries, len(attempts))
+}
+
+// Paced with burst 0.2 (6 per 5 s: one unit every 833 ms, a tolerance
+// under one unit), three clients that obey Retry-After in whole seconds
+// come back together, a whole number of seconds after being refused
+// together. The pacer's grace keeps each unit until the next whole second,
+// so every window from the second on admits its whole capacity (a pacer
+// that forfeits a unit at once admits one per second: 5 of 6).
+func TestRetryingClientsUsePacedCapacity(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	cfg.Pace, cfg.Burst = true, 0.2
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	start := t0.Add(5*time.Second + 20*time.Millisecond)
+	k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+	attempts := retryingClients(workers, start, 3, 10)
+	per := map[int64]int64{}
+	var last int64
+	retries, ok := 0, 0
+	for _, a := range attempts {
+		if a.d.Allowed {
+			per[a.windowK]++
+			last = a.windowK
+		}
+		if a.retry {
+			retries++
+			if a.d.Allowed {
+				ok++
+			}
+		}
+	}
+	if last < k0+3 {
+		t.Fatalf("the clients were done by window %d: too few windows to show anything", last-k0)
+	}
+	for k := k0 + 1; k < last; k++ {
+		if per[k] != cfg.Capacity {
+			t.Errorf("window %d admitted %d of %d", k-k0, per[k], cfg.Capacity)
+		}
+	}
+	t.Logf("admitted per window %v; %d of %d retries succeeded", per, ok, retries)
 }

@@ -1284,9 +1284,11 @@ func pacedAmount(share int64, burst, f float64) int64 {
 // arrival time tat (Unix ns, 0 for a new limit) and a request for n units
 // at now, it returns how many fit (m ≤ n) and the new tat. A unit fits
 // when the units before it are no more than tolerance ahead of now;
-// each unit moves tat by interval.
-func paceFit(tat, now, n, interval, tolerance int64) (m, next int64) {
-	base := max(tat, now)
+// each unit moves tat by interval. A unit nobody took stays there for
+// grace after it accrued, then is forfeited.
+func paceFit(tat, now, n int64, pp paceParam) (m, next int64) {
+	interval, tolerance := pp.interval, pp.tolerance
+	base := max(tat, now-pp.grace)
 	ahead := base - now
 	if n <= 0 || ahead > tolerance {
 		return 0, tat
@@ -1298,15 +1300,32 @@ func paceFit(tat, now, n, interval, tolerance int64) (m, next int64) {
 // paceWait is how long after now the next unit fits under tat.
 func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
 
-// paceParams are the cell rate algorithm's interval and tolerance for a
-// config: one unit every cycle/capacity, rounded up (rounded down, a cycle
-// would hold a few more than capacity units), and burst × cycle less one
-// interval (so that a burst is burst × capacity units, not one more).
-func paceParams(cfg *Config) (interval, tolerance int64) {
+// paceParam is the cell rate algorithm's arithmetic for one config.
+type paceParam struct {
+	interval, tolerance, grace int64
+}
+
+// paceParams are the cell rate algorithm's interval, tolerance and grace
+// for a config: one unit every cycle/capacity, rounded up (rounded down, a
+// cycle would hold a few more than capacity units); burst × cycle less one
+// interval (so that a burst is burst × capacity units, not one more); and
+// a grace that keeps a unit nobody took for up to one interval, so that
+// the limit can be used whole by clients that retry on whole seconds.
+//
+// Retry-After counts whole seconds, so clients refused together come back
+// together, at one sub-second phase, a whole number of seconds later. A
+// pacer that forfeits a unit the moment it is not taken (no grace), with a
+// tolerance under one interval, then admits one unit per second whatever
+// the jitter: 5 of 6 per 5 s for capacity 6 per 5 s and burst 0.2. A unit
+// that waits until the next whole second is taken then; that needs a grace
+// of one second less the tolerance, at most one interval (a unit more in
+// the worst interval of one cycle's length, and in a burst after idle).
+func paceParams(cfg *Config) paceParam {
 	c := max(1, cfg.Capacity)
-	interval = max(1, (int64(cfg.Cycle)+c-1)/c)
-	tolerance = max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
-	return interval, tolerance
+	interval := max(1, (int64(cfg.Cycle)+c-1)/c)
+	tolerance := max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
+	grace := min(interval, max(0, int64(time.Second)-tolerance))
+	return paceParam{interval: interval, tolerance: tolerance, grace: grace}
 }
 
 // pacedAt is when a share's paced amount reaches units, in p's window.
