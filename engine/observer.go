@@ -31,6 +31,9 @@ type RolloverEvent struct {
 	Clients    int    // counted in the plan
 	Registered int    // newcomers counted for the first time
 	Forgotten  int    // idle clients no longer counted
+	// Closed judges the window this plan's roll closed (Judged is false
+	// for a re-plan, and for a roll out of a window nobody was counted in).
+	Closed WindowFairness
 }
 
 // NopObserver ignores every event.

@@ -462,15 +462,95 @@ type planScratch struct {
 	granted []int64
 	fracs   []float64
 	order   []int
+	closed  closedScratch
 }
 
 func (s *planScratch) reset() {
-	s.truncate(0)
+	s.truncate(0, 0)
 }
 
-func (s *planScratch) truncate(n int) {
+// truncate drops the clients recorded after the first n (and, of the
+// window a roll closes, after the first c).
+func (s *planScratch) truncate(n, c int) {
 	s.hashes, s.since, s.demands, s.isNew, s.shown, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.shown[:n], s.granted[:n]
 	s.weights = s.weights[:n]
+	s.closed.demands, s.closed.weights, s.closed.granted = s.closed.demands[:c], s.closed.weights[:c], s.closed.granted[:c]
+}
+
+// closedScratch holds what each client counted in the window a roll closes
+// asked for and was granted in it, for judgeWindow.
+type closedScratch struct {
+	demands, weights, granted []float64
+}
+
+// add records e, counted in cur, the plan of the window being closed.
+func (c *closedScratch) add(e *entry, cur *plan, cfg *Config) {
+	var d, g float64
+	if e.window == cur.window {
+		d, g = float64(e.demand), float64(e.granted)
+	}
+	c.demands = append(c.demands, d)
+	c.weights = append(c.weights, cfg.weightOf(e.hash))
+	c.granted = append(c.granted, g)
+}
+
+// WindowFairness is how a window's capacity went among its clients, as the
+// worker that rolled past it judged from the shared table: what each
+// counted client asked for in it (its demand, as written back by then) and
+// was granted (leases included). Nothing in it names a client.
+type WindowFairness struct {
+	Judged bool // a roll closed a window that counted clients; the rest is zero otherwise
+	// Lent: units of equal shares (capacity × weight / total weight) that
+	// the clients granted less left to the others; Borrowed: units clients
+	// were granted beyond their equal share.
+	Lent, Borrowed int64
+	// HeldBelow: clients granted less than they asked for.
+	HeldBelow int
+	// Jain is Jain's fairness index, (Σx)² / (n·Σx²), of xᵢ = grantedᵢ /
+	// fairᵢ over the clients that asked for anything, where fairᵢ is the
+	// max-min (water-filling, weighted) split of the capacity over their
+	// demands: 1 when every client got its max-min share, 1/n when one got
+	// everything. 1 when nobody asked.
+	Jain float64
+}
+
+// judgeWindow judges a closed window of the given capacity from what its
+// counted clients asked for and were granted (see WindowFairness).
+func judgeWindow(capacity int64, c *closedScratch) WindowFairness {
+	n := len(c.demands)
+	if n == 0 {
+		return WindowFairness{}
+	}
+	out := WindowFairness{Judged: true, Jain: 1}
+	total := totalWeight(c.weights, n)
+	var lent, borrowed float64
+	for i, g := range c.granted {
+		even := float64(capacity) * c.weights[i] / total
+		lent += math.Max(0, even-g)
+		borrowed += math.Max(0, g-even)
+		if g < c.demands[i] {
+			out.HeldBelow++
+		}
+	}
+	// (Rounded to the nearest unit: equal shares are fractions.)
+	out.Lent, out.Borrowed = int64(math.Round(lent)), int64(math.Round(borrowed))
+	level := weightedLevel(float64(capacity), c.demands, c.weights)
+	var sum, squares float64
+	asked := 0
+	for i, d := range c.demands {
+		fair := c.weights[i] * math.Min(sanitize(d)/c.weights[i], level)
+		if d <= 0 || fair <= 0 {
+			continue
+		}
+		x := c.granted[i] / fair
+		sum, squares, asked = sum+x, squares+x*x, asked+1
+	}
+	if asked > 0 && squares > 0 {
+		out.Jain = sum * sum / (float64(asked) * squares)
+	} else if asked > 0 {
+		out.Jain = 0 // every client that asked was granted nothing
+	}
+	return out
 }
 
 // add records one client counted in the plan being computed.

@@ -269,6 +269,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		found           scanned
 		bcas            uint32
 		bcorrupt, reset bool
+		closed          WindowFairness
 	)
 	published, err := r.publish(func(read plan, corrupt bool) (*plan, error) {
 		taken, cur = stepStay, read
@@ -361,6 +362,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			return nil, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
+		closed = judgeWindow(cur.capacity, &r.scratch.closed)
 		taken = step
 		return &next, nil
 	})
@@ -379,6 +381,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		Clients:    int(next.n),
 		Registered: found.registered,
 		Forgotten:  max(0, int(cur.n)+found.registered-int(next.n)),
+		Closed:     closed,
 	})
 	return taken, nil
 }
@@ -476,6 +479,10 @@ type scanned struct {
 func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
 	r.scratch.reset()
 	var out scanned
+	// A roll into a new window closes cur's: its clients are judged too
+	// (not after an unreadable plan, when cur is made up and checkFuture
+	// off).
+	closing := checkFuture && cur.id != 0 && next.window > cur.window && !next.replan
 	for b := 0; b < r.nb; b++ {
 		raw, cas, err := r.store.Get(r.key(b))
 		if errors.Is(err, ErrNotFound) {
@@ -489,15 +496,18 @@ func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
 			out.corrupt = append(out.corrupt, corruptKey{b, cas})
 			continue
 		}
-		mark, markNew := len(r.scratch.hashes), out.registered
+		mark, cmark, markNew := len(r.scratch.hashes), len(r.scratch.closed.demands), out.registered
 		for i := range r.bkt.entries {
 			e := &r.bkt.entries[i]
 			out.top = max(out.top, e.plan, e.created)
 			if checkFuture && (e.plan >= next.id || e.created >= next.id) {
-				r.scratch.truncate(mark)
+				r.scratch.truncate(mark, cmark)
 				out.registered = markNew
 				out.corrupt = append(out.corrupt, corruptKey{b, cas})
 				break
+			}
+			if closing && counted(e, cur, r.cfg) {
+				r.scratch.closed.add(e, cur, r.cfg)
 			}
 			if counted(e, next, r.cfg) {
 				r.scratch.add(e, next, r.cfg)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
@@ -31,8 +32,12 @@ type metrics struct {
 	clockJumps    counter
 	storeFailures counter
 	panics        counter
+	lent          counter // units of equal shares left to others, per closed window
+	borrowed      counter // units granted beyond equal shares, per closed window
 	all           []*counter // every counter above, for flush
 	clientsActive proxywasm.MetricGauge
+	heldBelow     proxywasm.MetricGauge // clients granted less than they asked for, in the last closed window
+	jain          proxywasm.MetricGauge // Jain's index of the last closed window, in thousandths
 	fleet         *fleetCounters // fleet limits only (fleet.go)
 
 	lastActive int    // last value recorded in clientsActive; -1 before any
@@ -69,6 +74,8 @@ func defineMetrics(name string) *metrics {
 	def(&m.clockJumps, "clock_jumps")
 	def(&m.storeFailures, "store_failures")
 	def(&m.panics, "panics")
+	def(&m.lent, "units_lent")
+	def(&m.borrowed, "units_borrowed")
 	for _, r := range reasons {
 		if r != engine.ReasonOK {
 			def(&m.rejected[r], "requests_rejected."+r.String())
@@ -76,7 +83,24 @@ func defineMetrics(name string) *metrics {
 		}
 	}
 	m.clientsActive = proxywasm.DefineGaugeMetric(prefix + "clients_active")
+	m.heldBelow = proxywasm.DefineGaugeMetric(prefix + "clients_held_below")
+	m.jain = proxywasm.DefineGaugeMetric(prefix + "jain_index_permille")
 	return m
+}
+
+// judged records how the window a roll closed went. Only the worker that
+// rolled past it hears of it, once per window: the counters add its units
+// up, and the gauges are set (as clients_active is) to the last window's.
+func (m *metrics) judged(w engine.WindowFairness) {
+	m.lent.pending += uint64(max(0, w.Lent))
+	m.borrowed.pending += uint64(max(0, w.Borrowed))
+	m.setGauge(m.heldBelow, uint64(max(0, w.HeldBelow)))
+	m.setGauge(m.jain, uint64(math.Round(1000*w.Jain)))
+}
+
+// setGauge sets a gauge's value (see setActive for the conversion).
+func (m *metrics) setGauge(g proxywasm.MetricGauge, v uint64) bool {
+	return m.hostCall(func() { proxywasm.MetricHistogram(g).Record(v) })
 }
 
 // count records the outcome of one decision.
@@ -115,7 +139,7 @@ func (m *metrics) flushCounter(c *counter) {
 // proxy_record_metric through MetricHistogram, and the ABI call sets a
 // gauge's value, hence the conversion.
 func (m *metrics) setActive(n int) {
-	if n != m.lastActive && n >= 0 && m.hostCall(func() { proxywasm.MetricHistogram(m.clientsActive).Record(uint64(n)) }) {
+	if n != m.lastActive && n >= 0 && m.setGauge(m.clientsActive, uint64(n)) {
 		m.lastActive = n
 	}
 }
@@ -151,6 +175,9 @@ func (o *observer) Rollover(ev engine.RolloverEvent) {
 		o.m.rolloverEarly.pending++
 	} else {
 		o.m.rolloverDue.pending++
+	}
+	if ev.Closed.Judged {
+		o.m.judged(ev.Closed)
 	}
 	proxywasm.LogDebugf("borrowcycle: plan %d published (re-plan=%t): %d clients, %d registered, %d forgotten",
 		ev.Plan, ev.Early, ev.Clients, ev.Registered, ev.Forgotten)

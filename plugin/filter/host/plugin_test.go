@@ -374,6 +374,19 @@ func TestMetricValues(t *testing.T) {
 		if got := h.gauge("borrowcycle.m.clients_active"); got != 2 {
 			t.Errorf("clients_active = %d, want 2", got)
 		}
+		// The first window, judged by the roll past it: equal shares of 5;
+		// a was granted 5 of the 11 it asked for, b 1 of the 2 its
+		// counted requests asked for (its proof was not counted): b left 4
+		// to the others, both were held below what they asked for, and
+		// against max-min on those demands (a 8, b 2) Jain's index is
+		// (5/8 + 1/2)² / (2 × ((5/8)² + (1/2)²)) = 0.988.
+		h.checkCounters("borrowcycle.m.", map[string]uint64{"units_lent": 4, "units_borrowed": 0})
+		if got := h.gauge("borrowcycle.m.clients_held_below"); got != 2 {
+			t.Errorf("clients_held_below = %d, want 2", got)
+		}
+		if got := h.gauge("borrowcycle.m.jain_index_permille"); got != 988 {
+			t.Errorf("jain_index_permille = %d, want 988", got)
+		}
 	})
 }
 
