@@ -32,13 +32,13 @@ type metrics struct {
 	clockJumps    counter
 	storeFailures counter
 	panics        counter
-	lent          counter // units of equal shares left to others, per closed window
-	borrowed      counter // units granted beyond equal shares, per closed window
+	lent          counter    // units of equal shares left to others, per closed window
+	borrowed      counter    // units granted beyond equal shares, per closed window
 	all           []*counter // every counter above, for flush
 	clientsActive proxywasm.MetricGauge
 	heldBelow     proxywasm.MetricGauge // clients granted less than they asked for, in the last closed window
 	jain          proxywasm.MetricGauge // Jain's index of the last closed window, in thousandths
-	fleet         *fleetCounters // fleet limits only (fleet.go)
+	fleet         *fleetCounters        // fleet limits only (fleet.go)
 
 	lastActive int    // last value recorded in clientsActive; -1 before any
 	refused    uint64 // host calls that failed, for the log's back-off
