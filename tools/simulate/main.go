@@ -35,8 +35,9 @@ type options struct {
 	policy   string
 	out      string
 	table    string
-	seed     uint64
-	burst    float64
+	seed       uint64
+	burst      float64
+	retryAfter bool
 }
 
 func main() {
@@ -57,6 +58,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.table, "table", "auto", "per-cycle table: wide (the worked example's shape), long (a row per cycle), none, or auto (wide up to 6 cycles; none with -all)")
 	fs.Uint64Var(&o.seed, "seed", 0, "override the scenario's random seed (0 keeps it)")
 	fs.Float64Var(&o.burst, "burst", -1, "pace every scenario with this burst fraction in [0, 1] (negative keeps the scenario's)")
+	fs.BoolVar(&o.retryAfter, "retry-after", false, "every client retries each 429 when its Retry-After says (whole seconds, as the header), up to 5 times, instead of its own retry spec")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -107,6 +109,9 @@ func run(args []string, w io.Writer) error {
 		if o.burst >= 0 {
 			b := o.burst
 			sc.Burst = &b
+		}
+		if o.retryAfter {
+			sc.HonourRetryAfter()
 		}
 		rep, err := runScenario(w, sc, policies, o)
 		if err != nil {

@@ -38,6 +38,9 @@ type Metrics struct {
 	StepDistance float64
 	// Amplification is attempts per new request: what retries add.
 	Amplification float64
+	// RetryAfterOK is the share of retries made when a refusal's
+	// Retry-After said that were admitted (NaN: no client honours it).
+	RetryAfterOK float64
 	// Plans made, of which Replans re-planned a window for newcomers.
 	Plans   int
 	Replans int
@@ -62,6 +65,7 @@ func Compute(res, inflated *Result) Metrics {
 		Convergence:      -1,
 		StepCycle:        stepCycle(res.Scenario),
 		Amplification:    ratio(sum2(res.Demand), sum2(res.Fresh)),
+		RetryAfterOK:     ratio(float64(res.ToldOK), float64(res.Told)),
 		Plans:            res.Plans,
 		Replans:          res.Replans,
 	}

@@ -100,8 +100,18 @@ type Retry struct {
 	Max int `yaml:"max"`
 	// Delay is the wait before each retry (default 100ms).
 	Delay Duration `yaml:"delay"`
-	// HonorRetryAfter waits at least the Retry-After the engine gives.
+	// HonorRetryAfter waits at least what the Retry-After header says: the
+	// engine's retry time in whole seconds, rounded up (RFC 9110), as an
+	// HTTP client reads it.
 	HonorRetryAfter bool `yaml:"honor_retry_after"`
+}
+
+// HonourRetryAfter makes every client retry each 429 when its
+// Retry-After says, up to 5 times (-retry-after), whatever its own retry.
+func (sc *Scenario) HonourRetryAfter() {
+	for i := range sc.Clients {
+		sc.Clients[i].Retry = Retry{Max: 5, Delay: sc.Clients[i].Retry.Delay, HonorRetryAfter: true}
+	}
 }
 
 // Duration is a time.Duration written as "10s" in YAML and JSON.

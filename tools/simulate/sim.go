@@ -29,6 +29,10 @@ type member struct {
 	weight   float64 // its weight in the equal split (1 unless configured)
 	retry    Retry
 	fresh    []int64 // new requests per cycle, index 0 = cycle 1
+	// waiting: a client that honours Retry-After has a retry due, and
+	// sends nothing new until it is made (one request at a time, as an
+	// HTTP client library retries: its new requests wait for it).
+	waiting bool
 }
 
 // Result is everything one run observed, per cycle of the simulation grid
@@ -58,7 +62,10 @@ type Result struct {
 	// it counts window violations (a window admitted more than the
 	// capacity, however many engine cycles it held) and share violations
 	// (a client admitted more than its share in one share period).
-	Cap     *capcheck.Checker
+	// Told counts honest clients' retries made when a refusal's
+	// Retry-After said, ToldOK those admitted.
+	Told, ToldOK int64
+	Cap          *capcheck.Checker
 	Reasons map[string]int64
 	// AdmittedAt is the time of every admitted unit, in order, for the
 	// sliding-window metric (see capcheck.SlidingMost).
@@ -447,6 +454,13 @@ func (r *runner) handle(ev event) {
 		return
 	}
 	k := r.period - 1
+	m := &r.members[ev.member]
+	if m.retry.HonorRetryAfter {
+		if ev.tries == 0 && m.waiting {
+			return // not sent: the client is waiting to retry
+		}
+		m.waiting = false
+	}
 	w := r.worker(ev.member)
 	r.clock.Set(ev.at)
 	d := r.lims[w].AdmitAt(ev.at, r.members[ev.member].name)
@@ -458,6 +472,12 @@ func (r *runner) handle(ev event) {
 		r.res.Fresh[k][ev.member]++
 	}
 	r.res.Reasons[d.Reason.String()]++
+	if ev.told && m.honest {
+		r.res.Told++
+		if d.Allowed {
+			r.res.ToldOK++
+		}
+	}
 	if d.Allowed {
 		r.res.Admitted[k][ev.member]++
 		r.count(ev.at, d, ev.member)
@@ -487,11 +507,18 @@ func (r *runner) retry(ev event, d engine.Decision) {
 	if ev.tries >= m.retry.Max {
 		return
 	}
-	delay := time.Duration(m.retry.Delay)
-	if m.retry.HonorRetryAfter && d.RetryAfter > delay {
-		delay = d.RetryAfter
+	delay, told := time.Duration(m.retry.Delay), false
+	if ra := headerSeconds(d.RetryAfter); m.retry.HonorRetryAfter && ra >= delay {
+		delay, told = ra, true
 	}
-	r.push(event{at: ev.at.Add(delay), member: ev.member, kind: evRequest, tries: ev.tries + 1})
+	m.waiting = m.retry.HonorRetryAfter
+	r.push(event{at: ev.at.Add(delay), member: ev.member, kind: evRequest, tries: ev.tries + 1, told: told})
+}
+
+// headerSeconds is a retry time as the Retry-After header carries it:
+// whole seconds, rounded up, at least one (the plugin's formatting).
+func headerSeconds(d time.Duration) time.Duration {
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
 }
 
 // worker picks the Limiter (Envoy worker) that sees a request.
@@ -515,6 +542,7 @@ type event struct {
 	kind   int
 	member int
 	tries  int
+	told   bool // a retry made when the last refusal's Retry-After said
 }
 
 // eventQueue is a min-heap by time, then by insertion order, which makes

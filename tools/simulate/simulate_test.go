@@ -356,6 +356,32 @@ func TestFairTargets(t *testing.T) {
 	}
 }
 
+// Clients that retry when Retry-After says, one request at a time, get in
+// at that retry under the partition policies: at least 95% of such retries
+// succeed in every shipped scenario. (Under the fair policy borrowers
+// contend for the pool's next unit; the README gives its figures.)
+func TestRetryAfterTargets(t *testing.T) {
+	scs, err := ShippedScenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scs {
+		sc.HonourRetryAfter()
+		for _, policy := range []string{"seed", "static"} {
+			_, m, err := Evaluate(sc, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case math.IsNaN(m.RetryAfterOK):
+				t.Errorf("%s, %s: no retry at Retry-After: the test shows nothing", sc.Name, policy)
+			case m.RetryAfterOK < 0.95:
+				t.Errorf("%s, %s: %.1f%% of the retries at Retry-After succeeded, want at least 95%%", sc.Name, policy, 100*m.RetryAfterOK)
+			}
+		}
+	}
+}
+
 // Runs are reproducible: seeded draws and a virtual clock.
 func TestRunsAreDeterministic(t *testing.T) {
 	sc := mustLoad(t, "bursty")

@@ -152,6 +152,7 @@ var metricRows = []struct {
 	{"Stranded capacity", func(m Metrics) string { return pct(m.Stranded) }},
 	{"Convergence after step (cycles)", convergenceCell},
 	{"Attempts per new request", func(m Metrics) string { return num(m.Amplification, 2) }},
+	{"Retries at Retry-After that succeed", func(m Metrics) string { return pct(m.RetryAfterOK) }},
 	{"Plans (re-plans)", func(m Metrics) string { return fmt.Sprintf("%d (%d)", m.Plans, m.Replans) }},
 }
 
@@ -179,7 +180,7 @@ func WriteMetrics(w io.Writer, policies []string, ms []Metrics) {
 }
 
 // summaryColumns are the metrics of the all-scenarios table, in short form.
-var summaryColumns = []string{"Window viol.", "Share viol.", "Worst window", "Worst sliding", "Util.", "Jain", "Light rej.", "Inflation gain", "Stranded", "Converge", "Attempts/req"}
+var summaryColumns = []string{"Window viol.", "Share viol.", "Worst window", "Worst sliding", "Util.", "Jain", "Light rej.", "Inflation gain", "Stranded", "Converge", "Attempts/req", "Retry-After ok"}
 
 // WriteSummaryHeader and WriteSummaryRow write the all-scenarios table.
 func WriteSummaryHeader(w io.Writer) {
@@ -192,7 +193,7 @@ func WriteSummaryHeader(w io.Writer) {
 func WriteSummaryRow(w io.Writer, scenario, policy string, m Metrics) {
 	mdRow(w, scenario, policy, strconv.Itoa(m.WindowViolations), strconv.Itoa(m.ShareViolations), num(m.WorstWindow, 2),
 		num(m.WorstSliding, 2), pct(m.Utilisation), num(m.Jain, 3),
-		pct(m.LightRejection), signedPct(m.InflationGain), pct(m.Stranded), convergenceCell(m), num(m.Amplification, 2))
+		pct(m.LightRejection), signedPct(m.InflationGain), pct(m.Stranded), convergenceCell(m), num(m.Amplification, 2), pct(m.RetryAfterOK))
 }
 
 func pct(x float64) string {
