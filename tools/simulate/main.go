@@ -29,12 +29,12 @@ import (
 )
 
 type options struct {
-	scenario string
-	all      bool
-	list     bool
-	policy   string
-	out      string
-	table    string
+	scenario   string
+	all        bool
+	list       bool
+	policy     string
+	out        string
+	table      string
 	seed       uint64
 	burst      float64
 	retryAfter bool
@@ -122,12 +122,7 @@ func run(args []string, w io.Writer) error {
 	if len(scenarios) > 1 {
 		fmt.Fprintln(w, "## Summary")
 		fmt.Fprintln(w)
-		WriteSummaryHeader(w)
-		for _, rep := range summary {
-			for i, p := range rep.policies {
-				WriteSummaryRow(w, rep.name, p, rep.metrics[i])
-			}
-		}
+		WriteSummary(w, summary)
 	}
 	return nil
 }

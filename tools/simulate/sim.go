@@ -66,7 +66,7 @@ type Result struct {
 	// Retry-After said, ToldOK those admitted.
 	Told, ToldOK int64
 	Cap          *capcheck.Checker
-	Reasons map[string]int64
+	Reasons      map[string]int64
 	// AdmittedAt is the time of every admitted unit, in order, for the
 	// sliding-window metric (see capcheck.SlidingMost).
 	AdmittedAt []time.Time

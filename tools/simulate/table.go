@@ -180,20 +180,36 @@ func WriteMetrics(w io.Writer, policies []string, ms []Metrics) {
 }
 
 // summaryColumns are the metrics of the all-scenarios table, in short form.
-var summaryColumns = []string{"Window viol.", "Share viol.", "Worst window", "Worst sliding", "Util.", "Jain", "Light rej.", "Inflation gain", "Stranded", "Converge", "Attempts/req", "Retry-After ok"}
+var summaryColumns = []string{"Window viol.", "Share viol.", "Worst window", "Worst sliding", "Util.", "Jain", "Light rej.", "Inflation gain", "Stranded", "Converge", "Attempts/req"}
 
-// WriteSummaryHeader and WriteSummaryRow write the all-scenarios table.
-func WriteSummaryHeader(w io.Writer) {
+// WriteSummary writes the all-scenarios table: a row per scenario and
+// policy. The Retry-After column is there only when some client honours
+// the header (it would read n/a on every row otherwise).
+func WriteSummary(w io.Writer, reps []scenarioReport) {
+	retries := false
+	for _, rep := range reps {
+		for _, m := range rep.metrics {
+			retries = retries || !math.IsNaN(m.RetryAfterOK)
+		}
+	}
 	head := append([]string{"Scenario", "Policy"}, summaryColumns...)
+	if retries {
+		head = append(head, "Retry-After ok")
+	}
 	mdRow(w, head...)
 	mdRule(w, len(head))
-}
-
-// WriteSummaryRow writes one scenario and policy's metrics.
-func WriteSummaryRow(w io.Writer, scenario, policy string, m Metrics) {
-	mdRow(w, scenario, policy, strconv.Itoa(m.WindowViolations), strconv.Itoa(m.ShareViolations), num(m.WorstWindow, 2),
-		num(m.WorstSliding, 2), pct(m.Utilisation), num(m.Jain, 3),
-		pct(m.LightRejection), signedPct(m.InflationGain), pct(m.Stranded), convergenceCell(m), num(m.Amplification, 2), pct(m.RetryAfterOK))
+	for _, rep := range reps {
+		for i, policy := range rep.policies {
+			m := rep.metrics[i]
+			cells := []string{rep.name, policy, strconv.Itoa(m.WindowViolations), strconv.Itoa(m.ShareViolations), num(m.WorstWindow, 2),
+				num(m.WorstSliding, 2), pct(m.Utilisation), num(m.Jain, 3),
+				pct(m.LightRejection), signedPct(m.InflationGain), pct(m.Stranded), convergenceCell(m), num(m.Amplification, 2)}
+			if retries {
+				cells = append(cells, pct(m.RetryAfterOK))
+			}
+			mdRow(w, cells...)
+		}
+	}
 }
 
 func pct(x float64) string {
