@@ -95,7 +95,8 @@ func TestRetryAfterHoldsForRetryingClients(t *testing.T) {
 	}{
 		{"seed", map[string]any{"capacity": 6, "cycle": "5s"}},
 		{"fair", map[string]any{"capacity": 10, "cycle": "5s", "policy": "fair"}},
-		{"paced", map[string]any{"capacity": 6, "cycle": "5s", "burst": 0.2, "retry_after_jitter": "1s"}},
+		{"paced", map[string]any{"capacity": 6, "cycle": "5s", "burst": 0.2}},
+		{"paced, jittered", map[string]any{"capacity": 6, "cycle": "5s", "burst": 0.2, "retry_after_jitter": "1s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tg := configuredTarget(t, c.cfg, startOpts{concurrency: 2})
