@@ -35,31 +35,21 @@ func TestPaceFit(t *testing.T) {
 	const I, tol = 10, 30 // a unit every 10 ns, 3 more units of tolerance
 	for _, tc := range []struct {
 		name           string
+		grace          int64
 		tat, now, n    int64
 		wantM, wantTat int64
 	}{
-		{"idle: a burst of tolerance/I + 1", 0, 1000, 10, 4, 1040},
-		{"one unit when just conforming", 1030, 1000, 5, 1, 1040},
-		{"nothing when too far ahead", 1031, 1000, 5, 0, 1031},
-		{"asks less than fits", 0, 1000, 2, 2, 1020},
-		{"nothing asked", 0, 1000, 0, 0, 0},
+		{"idle: a burst of tolerance/I + 1", 0, 0, 1000, 10, 4, 1040},
+		{"one unit when just conforming", 0, 1030, 1000, 5, 1, 1040},
+		{"nothing when too far ahead", 0, 1031, 1000, 5, 0, 1031},
+		{"asks less than fits", 0, 0, 1000, 2, 2, 1020},
+		{"nothing asked", 0, 0, 1000, 0, 0, 0},
+		// With a grace, a unit nobody took is still there for a while.
+		{"idle: the burst and the unit kept by the grace", 10, 0, 1000, 10, 5, 1040},
+		{"a unit accrued 7 ago, kept", 10, 993, 1000, 10, 4, 1033},
+		{"a unit accrued 12 ago: forfeited past the grace", 10, 988, 1000, 10, 5, 1040},
 	} {
-		m, next := paceFit(tc.tat, tc.now, tc.n, paceParam{interval: I, tolerance: tol})
-		if m != tc.wantM || next != tc.wantTat {
-			t.Errorf("%s: paceFit = (%d, %d), want (%d, %d)", tc.name, m, next, tc.wantM, tc.wantTat)
-		}
-	}
-	// With a grace, a unit nobody took is still there for a while.
-	for _, tc := range []struct {
-		name           string
-		tat, now, n    int64
-		wantM, wantTat int64
-	}{
-		{"idle: the burst and the unit kept by the grace", 0, 1000, 10, 5, 1040},
-		{"a unit accrued 7 ago, kept", 993, 1000, 10, 4, 1033},
-		{"a unit accrued 12 ago: forfeited past the grace", 988, 1000, 10, 5, 1040},
-	} {
-		m, next := paceFit(tc.tat, tc.now, tc.n, paceParam{interval: I, tolerance: tol, grace: 10})
+		m, next := paceFit(tc.tat, tc.now, tc.n, paceParam{interval: I, tolerance: tol, grace: tc.grace})
 		if m != tc.wantM || next != tc.wantTat {
 			t.Errorf("%s: paceFit = (%d, %d), want (%d, %d)", tc.name, m, next, tc.wantM, tc.wantTat)
 		}
