@@ -736,3 +736,44 @@ func (s *interposingStore) Get(k string) ([]byte, uint32, error) {
 	}
 	return s.Store.Get(k)
 }
+
+// A newcomer's demand in its first window counts each of its requests
+// once: told to wait at its first request (1 unit), it proves itself with
+// a second (5 units) that a re-plan counts at once: 6. Refused table_full
+// at its first, only its proving request is known: 5, not that request
+// twice.
+func TestNewcomerDemandCountsEachAskOnce(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		flood bool // one-shot ids fill the newcomers' places first
+		first Reason
+		want  int64
+	}{
+		{"told to wait, then proven", false, ReasonPending, 6},
+		{"refused table_full, then proven", true, ReasonTableFull, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.MaxClients = 20
+			l := newLimiter(t, cfg, NewMemStore())
+			if err := l.RegisterAt(t0, "A"); err != nil {
+				t.Fatal(err)
+			}
+			at := t0.Add(500 * time.Millisecond)
+			for i := 0; c.flood && i < 200; i++ {
+				l.AdmitAt(at, fmt.Sprintf("once-%d", i))
+			}
+			if d := l.AdmitNAt(at, "genuine", 1); d.Reason != c.first {
+				t.Fatalf("first request: %+v, want %s", d, c.first)
+			}
+			if d := l.AdmitNAt(at.Add(1500*time.Millisecond), "genuine", 5); !d.Allowed {
+				t.Fatalf("proving request, a re-plan due: %+v", d)
+			}
+			l.TickAt(at.Add(1600 * time.Millisecond)) // writes the demand back
+			_, e, found, err := l.view.find(HashID("genuine"))
+			if err != nil || !found || e.demand != c.want {
+				t.Fatalf("entry found %v (%v): demand %d, want %d", found, err, e.demand, c.want)
+			}
+		})
+	}
+}

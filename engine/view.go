@@ -929,11 +929,11 @@ func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
 		who, cand = callerWaiting, h
 	case found && waitingUnproven(&e):
 		// It asked again: proven. The next re-plan counts it.
-		err = r.prove(e, t)
+		err = r.prove(e, t, int64(e.prev))
 	case !found && refusedBefore && r.plan.id != 0:
 		// Refused before in this window, and it asked again: proven.
 		k := r.plan.window
-		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t)
+		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t, 0)
 	case found && !registered(&e, &r.plan):
 		// Proven already, waiting for the next re-plan.
 	default: // new, or returning after expiry
@@ -1094,18 +1094,19 @@ func (r *view) insert(h uint64, t, cost int64) error {
 // prove records a waiting newcomer's second attempt: it takes table room
 // (refused when the table is full) and is counted by the next plan, like
 // a declared client. An entry whose window is over starts afresh in the
-// plan's window.
-func (r *view) prove(e entry, t int64) error {
+// plan's window. first is the units of the request it was first seen with
+// in its entry's window (0 when unknown): they are demand in that window,
+// as they would have been had a plan counted it then, since a newcomer
+// told to wait is not a client that asked for less. (The proving request
+// itself is counted by admitKnown when a plan counts the client at once.)
+func (r *view) prove(e entry, t, first int64) error {
 	if err := r.countPending(); err != nil {
 		return err
 	}
 	if e.window < r.plan.window {
 		e.since, e.window, e.active, e.demand = t, r.plan.window, r.plan.window, 0
 	} else if waitingUnproven(&e) {
-		// The units it asked for when first seen are demand in this
-		// window, as they would have been had a plan counted it then: a
-		// newcomer told to wait is not a client that asked for less.
-		e.demand += int64(e.prev)
+		e.demand += first
 	}
 	e.created, e.tries = r.plan.id, min(e.tries+1, maxTries)
 	return r.put(e)
