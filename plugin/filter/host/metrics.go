@@ -38,6 +38,7 @@ type metrics struct {
 	clientsActive proxywasm.MetricGauge
 	heldBelow     proxywasm.MetricGauge // clients granted less than they asked for, in the last closed window
 	jain          proxywasm.MetricGauge // Jain's index of the last closed window, in thousandths
+	fairness      gaugeValues           // held below and Jain, for the next flush
 	fleet         *fleetCounters        // fleet limits only (fleet.go)
 
 	lastActive int    // last value recorded in clientsActive; -1 before any
@@ -89,13 +90,19 @@ func defineMetrics(name string) *metrics {
 }
 
 // judged records how the window a roll closed went. Only the worker that
-// rolled past it hears of it, once per window: the counters add its units
-// up, and the gauges are set (as clients_active is) to the last window's.
+// rolled past it hears of it, once per window, maybe within a request: the
+// counters add its units up and the gauges take the window's values, all
+// handed to the host on tick (flush), like every other metric.
 func (m *metrics) judged(w engine.WindowFairness) {
 	m.lent.pending += uint64(max(0, w.Lent))
 	m.borrowed.pending += uint64(max(0, w.Borrowed))
-	m.setGauge(m.heldBelow, uint64(max(0, w.HeldBelow)))
-	m.setGauge(m.jain, uint64(math.Round(1000*w.Jain)))
+	m.fairness = gaugeValues{heldBelow: uint64(max(0, w.HeldBelow)), jain: uint64(math.Round(1000 * w.Jain)), pending: true}
+}
+
+// gaugeValues are the fairness gauges' values not yet handed to the host.
+type gaugeValues struct {
+	heldBelow, jain uint64
+	pending         bool
 }
 
 // setGauge sets a gauge's value (see setActive for the conversion).
@@ -121,6 +128,9 @@ func (m *metrics) count(d engine.Decision) {
 func (m *metrics) flush() {
 	for _, c := range m.all {
 		m.flushCounter(c)
+	}
+	if g := &m.fairness; g.pending && m.setGauge(m.heldBelow, g.heldBelow) && m.setGauge(m.jain, g.jain) {
+		g.pending = false
 	}
 }
 
