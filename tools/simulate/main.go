@@ -58,7 +58,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.table, "table", "auto", "per-cycle table: wide (the worked example's shape), long (a row per cycle), none, or auto (wide up to 6 cycles; none with -all)")
 	fs.Uint64Var(&o.seed, "seed", 0, "override the scenario's random seed (0 keeps it)")
 	fs.Float64Var(&o.burst, "burst", -1, "pace every scenario with this burst fraction in [0, 1] (negative keeps the scenario's)")
-	fs.BoolVar(&o.retryAfter, "retry-after", false, "every client retries each 429 when its Retry-After says (whole seconds, as the header), up to 5 times, instead of its own retry spec")
+	fs.BoolVar(&o.retryAfter, "retry-after", false, "every client (adversaries too) retries each 429 when its Retry-After says (whole seconds, as the header), up to 5 times, one request at a time, instead of its own retry spec")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

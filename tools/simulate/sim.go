@@ -29,10 +29,12 @@ type member struct {
 	weight   float64 // its weight in the equal split (1 unless configured)
 	retry    Retry
 	fresh    []int64 // new requests per cycle, index 0 = cycle 1
-	// waiting: a client that honours Retry-After has a retry due, and
-	// sends nothing new until it is made (one request at a time, as an
-	// HTTP client library retries: its new requests wait for it).
-	waiting bool
+	// A client that honours Retry-After sends one request at a time, as
+	// an HTTP client library that retries does: busy while a request of
+	// its is due (a retry, or the next of its backlog), its new requests
+	// wait in backlog, sent one after the other as each ends.
+	busy    bool
+	backlog int
 }
 
 // Result is everything one run observed, per cycle of the simulation grid
@@ -456,10 +458,12 @@ func (r *runner) handle(ev event) {
 	k := r.period - 1
 	m := &r.members[ev.member]
 	if m.retry.HonorRetryAfter {
-		if ev.tries == 0 && m.waiting {
-			return // not sent: the client is waiting to retry
+		if ev.tries == 0 && !ev.queued && m.busy {
+			m.backlog++ // sent once the request before it ends
+			return
 		}
-		m.waiting = false
+		m.busy = false
+		defer r.next(ev)
 	}
 	w := r.worker(ev.member)
 	r.clock.Set(ev.at)
@@ -511,8 +515,21 @@ func (r *runner) retry(ev event, d engine.Decision) {
 	if ra := headerSeconds(d.RetryAfter); m.retry.HonorRetryAfter && ra >= delay {
 		delay, told = ra, true
 	}
-	m.waiting = m.retry.HonorRetryAfter
+	m.busy = m.retry.HonorRetryAfter
 	r.push(event{at: ev.at.Add(delay), member: ev.member, kind: evRequest, tries: ev.tries + 1, told: told})
+}
+
+// next sends the next request of a one-at-a-time client's backlog once
+// its request ev ended (admitted, or refused for good), a millisecond
+// later.
+func (r *runner) next(ev event) {
+	m := &r.members[ev.member]
+	if m.busy || m.backlog == 0 {
+		return
+	}
+	m.backlog--
+	m.busy = true
+	r.push(event{at: ev.at.Add(time.Millisecond), member: ev.member, kind: evRequest, queued: true})
 }
 
 // headerSeconds is a retry time as the Retry-After header carries it:
@@ -543,6 +560,7 @@ type event struct {
 	member int
 	tries  int
 	told   bool // a retry made when the last refusal's Retry-After said
+	queued bool // a new request that waited in its client's backlog
 }
 
 // eventQueue is a min-heap by time, then by insertion order, which makes
