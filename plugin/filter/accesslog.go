@@ -58,6 +58,9 @@ func (a *accessLog) record(o Outcome) []byte {
 	b = append(append(b, " reason="...), d.Reason.String()...)
 	b = strconv.AppendInt(append(b, " share="...), d.Limit, 10)
 	b = strconv.AppendInt(append(b, " remaining="...), d.Remaining, 10)
+	if o.Waited > 0 {
+		b = append(strconv.AppendInt(append(b, " waited="...), o.Waited.Milliseconds(), 10), "ms"...)
+	}
 	b = append(b, " client="...)
 	if o.Client == "" {
 		b = append(b, '-')

@@ -53,7 +53,12 @@ type Config struct {
 	// RetryAfterJitter is the most a refusal's announced retry time is
 	// moved later, uniformly at random (responses.go).
 	RetryAfterJitter time.Duration
-	Match            Match // which requests the limit decides; empty: all
+	// MaxWait is how long a request that would be refused may be held
+	// for its unit instead (0: never held); MaxWaiting bounds the
+	// requests one worker holds for the limit at once (wait.go).
+	MaxWait    time.Duration
+	MaxWaiting int
+	Match      Match // which requests the limit decides; empty: all
 	// Unlimited marks a rule that lets the requests it matches pass
 	// unlimited (a health check, say); it has only Name and Match.
 	Unlimited bool
@@ -98,6 +103,8 @@ type rawConfig struct {
 	MinCycle         json.RawMessage `json:"min_cycle"`
 	WindowOffset     json.RawMessage `json:"window_offset"`
 	RetryAfterJitter json.RawMessage `json:"retry_after_jitter"`
+	MaxWait          json.RawMessage `json:"max_wait"`
+	MaxWaiting       json.RawMessage `json:"max_waiting"`
 	FailureModeDeny  json.RawMessage `json:"failure_mode_deny"`
 	RateLimitHeaders json.RawMessage `json:"rate_limit_headers"`
 	HeadersOnAllowed json.RawMessage `json:"headers_on_allowed"`
@@ -137,9 +144,16 @@ const (
 	maxTickPeriod = time.Second
 )
 
-// TickPeriod is how often the host should tick the filter.
-func (c *Config) TickPeriod() time.Duration {
+// HousekeepingPeriod is how often the host should let the filter roll
+// windows, return leases and flush metrics (Filter.Tick).
+func (c *Config) HousekeepingPeriod() time.Duration {
 	return c.fleetTickPeriod(min(max(c.Engine.Cycle/10, minTickPeriod), maxTickPeriod))
+}
+
+// TickPeriod is how often the host should tick the filter: the
+// housekeeping period, or more often for the requests it holds (wait.go).
+func (c *Config) TickPeriod() time.Duration {
+	return min(c.HousekeepingPeriod(), c.holdTickPeriod())
 }
 
 // Defaults and bounds of the contract that the engine does not impose
@@ -149,6 +163,9 @@ const (
 	DefaultName             = "default"
 	DefaultStatusCode       = 429
 	DefaultMaxClientIDBytes = 256
+	DefaultMaxWaiting       = 1000
+	maxMaxWaiting           = 100000
+	maxMaxWait              = time.Minute
 	maxClientIDBytesLimit   = 4096
 	maxNameLen              = 64
 	maxHeaderNameLen        = 256
@@ -210,6 +227,8 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, max(cycle/10, 1), 0, cycle, false)
 	cfg.Engine.WindowOffset = p.windowOffset("window_offset", raw.WindowOffset, cycle)
 	cfg.RetryAfterJitter = p.delay("retry_after_jitter", raw.RetryAfterJitter, cycle)
+	cfg.MaxWait = p.delay("max_wait", raw.MaxWait, min(cycle, maxMaxWait))
+	cfg.MaxWaiting = int(p.integer("max_waiting", raw.MaxWaiting, DefaultMaxWaiting, 1, maxMaxWaiting, false))
 	cfg.Engine.FailureModeDeny = p.boolean("failure_mode_deny", raw.FailureModeDeny, false)
 	style := p.enum("rate_limit_headers", raw.RateLimitHeaders, styleNames[0], styleNames[:]...)
 	cfg.HeadersOnAllowed = p.boolean("headers_on_allowed", raw.HeadersOnAllowed, true)
@@ -345,6 +364,10 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.WindowOffset
 	case "retry_after_jitter":
 		return &r.RetryAfterJitter
+	case "max_wait":
+		return &r.MaxWait
+	case "max_waiting":
+		return &r.MaxWaiting
 	case "failure_mode_deny":
 		return &r.FailureModeDeny
 	case "rate_limit_headers":

@@ -56,7 +56,7 @@ func TestParseConfigEveryField(t *testing.T) {
 func TestParseConfigBoundsAccepted(t *testing.T) {
 	for _, field := range []string{
 		`"reservation": 0`, `"reservation": 1`, `"max_clients": 1`, `"idle_cycles": 1`,
-		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"window_offset": "0s"`, `"window_offset": "9.999s"`, `"retry_after_jitter": "0s"`, `"retry_after_jitter": "10s"`, `"status_code": 400`, `"status_code": 599`,
+		`"min_cycle": "1ns"`, `"min_cycle": "10s"`, `"window_offset": "0s"`, `"window_offset": "9.999s"`, `"retry_after_jitter": "0s"`, `"retry_after_jitter": "10s"`, `"max_wait": "0s"`, `"max_wait": "10s"`, `"max_waiting": 1`, `"max_waiting": 100000`, `"status_code": 400`, `"status_code": 599`,
 		`"max_client_id_bytes": 1`, `"rate_limit_headers": "none"`, `"mode": "enforce"`,
 		`"name": "` + strings.Repeat("z", 64) + `"`, `"client_header": "x_id.v2~"`,
 	} {
@@ -140,6 +140,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{withField(`"window_offset": 3`), `window_offset: must be a string, got a number`},
 		{withField(`"retry_after_jitter": "11s"`), `retry_after_jitter: must be in [0s, 10s], got 11s`},
 		{withField(`"retry_after_jitter": "-1s"`), `retry_after_jitter: must be in [0s, 10s], got -1s`},
+		{withField(`"max_wait": "11s"`), `max_wait: must be in [0s, 10s], got 11s`},
+		{`{"capacity": 10, "cycle": "1h", "max_wait": "61s"}`, `max_wait: must be in [0s, 1m0s], got 1m1s`},
+		{withField(`"max_waiting": 0`), `max_waiting: must be an integer in [1, 100000], got 0`},
 		{withField(`"failure_mode_deny": "true"`), `failure_mode_deny: must be a boolean, got a string`},
 		{withField(`"failure_mode_deny": 1`), `failure_mode_deny: must be a boolean, got a number`},
 		{withField(`"rate_limit_headers": "draft-7"`), `rate_limit_headers: must be one of "x-ratelimit", "ietf", "none", got "draft-7"`},

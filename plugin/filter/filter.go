@@ -46,6 +46,10 @@ type Outcome struct {
 	Decision engine.Decision
 	// Client is the id the limit counted; empty for an anonymous request.
 	Client string
+	// Waited is how long the request was held before this decision, and
+	// Promised how long, from its arrival, its last hold was meant to
+	// last (wait.go); both 0 for a request decided when it arrived.
+	Waited, Promised time.Duration
 }
 
 // Matched reports whether a limit decided the request.
@@ -166,7 +170,7 @@ func (f *Filter) FailSafe() Outcome {
 
 // Reply is the local reply for a rejected outcome. It is valid until the
 // next call of Reply or ResponseHeaders.
-func (f *Filter) Reply(o Outcome) Reply { return f.limits[o.Limit].resp.reply(o.Decision) }
+func (f *Filter) Reply(o Outcome) Reply { return f.limits[o.Limit].resp.reply(o) }
 
 // ResponseHeaders are the headers to add to the upstream response of an
 // admitted request; often none. They are valid until the next call of Reply
@@ -175,7 +179,7 @@ func (f *Filter) ResponseHeaders(o Outcome) [][2]string {
 	if !o.Matched() {
 		return nil
 	}
-	return f.limits[o.Limit].resp.responseHeaders(o.Decision)
+	return f.limits[o.Limit].resp.responseHeaders(o)
 }
 
 // AccessLog is the access-log record of a decided outcome (accesslog.go).
@@ -199,13 +203,20 @@ func (f *Filter) Tick(active func(i, clients int)) {
 	}
 }
 
-// TickPeriod is how often the host should call Tick: often enough for the
-// limit with the shortest cycle (Config.TickPeriod).
-func (f *Filter) TickPeriod() time.Duration {
-	p := f.set.Limits[f.set.Primary()].TickPeriod()
+// TickPeriod is how often the host should tick the filter: often enough
+// for the limit that needs it most often (Config.TickPeriod).
+func (f *Filter) TickPeriod() time.Duration { return f.shortest((*Config).TickPeriod) }
+
+// HousekeepingPeriod is how often the host should call Tick: often enough
+// for the limit with the shortest cycle (Config.HousekeepingPeriod).
+func (f *Filter) HousekeepingPeriod() time.Duration { return f.shortest((*Config).HousekeepingPeriod) }
+
+// shortest is the least of period over the limits that limit.
+func (f *Filter) shortest(period func(*Config) time.Duration) time.Duration {
+	p := period(&f.set.Limits[f.set.Primary()])
 	for i := range f.set.Limits {
 		if !f.set.Limits[i].Unlimited {
-			p = min(p, f.set.Limits[i].TickPeriod())
+			p = min(p, period(&f.set.Limits[i]))
 		}
 	}
 	return p
@@ -235,9 +246,9 @@ func limitSummary(c *Config) string {
 	}
 	e := &c.Engine
 	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client id from %s, mode %s, "+
-		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, retry_after_jitter %s, failure_mode_deny %t, headers %s (on allowed: %t), "+
+		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, retry_after_jitter %s, max_wait %s (max_waiting %d), failure_mode_deny %t, headers %s (on allowed: %t), "+
 		"status %d, max_client_id_bytes %d, debug_headers %t, access_log %t, log_client_id %t",
 		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientID.String(), mode,
-		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, c.RetryAfterJitter, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
+		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, c.RetryAfterJitter, c.MaxWait, c.MaxWaiting, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
 		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.AccessLog, c.LogClientID)
 }

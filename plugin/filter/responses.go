@@ -20,6 +20,7 @@ const (
 	hdrPolicy      = "ratelimit-policy"
 	hdrRateLimit   = "ratelimit"
 	hdrDebugPlan   = "x-borrowcycle-plan"
+	hdrDebugWaited = "x-borrowcycle-waited" // held requests (wait.go): "<waited ms>;promised=<ms>"
 )
 
 // rejectionBodies are the one-line bodies of local replies, one per reason.
@@ -92,7 +93,8 @@ func newResponder(cfg *Config) responder {
 // and its rate-limit headers' reset, name when a retry can succeed at the
 // earliest (the engine's RetryAfter), moved later by up to the configured
 // jitter, so that clients refused together do not retry together.
-func (r *responder) reply(d engine.Decision) Reply {
+func (r *responder) reply(o Outcome) Reply {
+	d := o.Decision
 	r.buf = r.buf[:0]
 	h := append(r.headers[:0], [2]string{hdrReason, d.Reason.String()})
 	if !unidentified(d.Reason) {
@@ -106,9 +108,7 @@ func (r *responder) reply(d engine.Decision) Reply {
 			[2]string{hdrRetryAfter, r.int(secs)})
 		h = r.appendRateLimit(h, d, secs)
 	}
-	if r.debug {
-		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
-	}
+	h = r.appendDebug(h, o)
 	r.headers = h
 	return Reply{Status: r.status, Headers: h, Body: r.bodies[d.Reason]}
 }
@@ -116,16 +116,32 @@ func (r *responder) reply(d engine.Decision) Reply {
 // responseHeaders plans the headers added to an upstream response: the
 // rate-limit headers (when configured for admitted responses and the
 // decision carries a share to report) and the debug header.
-func (r *responder) responseHeaders(d engine.Decision) [][2]string {
+func (r *responder) responseHeaders(o Outcome) [][2]string {
+	d := o.Decision
 	r.buf = r.buf[:0]
 	h := r.headers[:0]
 	if r.onAllowed && reportsShare(d) {
 		h = r.appendRateLimit(h, d, ceilSeconds(d.Reset))
 	}
-	if r.debug {
-		h = append(h, [2]string{hdrDebugPlan, r.uint(d.Plan)})
-	}
+	h = r.appendDebug(h, o)
 	r.headers = h
+	return h
+}
+
+// appendDebug appends the debug headers, when debug_headers is on: the
+// plan that decided, and for a held request how long it waited and how
+// long its last hold was meant to last from its arrival, in milliseconds.
+func (r *responder) appendDebug(h [][2]string, o Outcome) [][2]string {
+	if !r.debug {
+		return h
+	}
+	h = append(h, [2]string{hdrDebugPlan, r.uint(o.Decision.Plan)})
+	if o.Waited > 0 {
+		start := len(r.buf)
+		r.buf = strconv.AppendInt(r.buf, o.Waited.Milliseconds(), 10)
+		r.buf = strconv.AppendInt(append(r.buf, ";promised="...), o.Promised.Milliseconds(), 10)
+		h = append(h, [2]string{hdrDebugWaited, r.since(start)})
+	}
 	return h
 }
 

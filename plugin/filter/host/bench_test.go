@@ -224,3 +224,82 @@ func memoryMiB(b *testing.B, h proxytest.HostEmulator) float64 {
 	}
 	return float64(n) / (1 << 20)
 }
+
+// BenchmarkHeldRequest is the cost of holding a request (max_wait) against
+// admitting it at once, on the compiled module:
+//
+//	go test -run='^$' -bench=HeldRequest -benchtime=20000x ./plugin/filter/host/
+//
+// A paced limit gives its one client a unit a millisecond, on a clock the
+// benchmark moves. Each round, two milliseconds long, sends a request that
+// takes the unit of its first millisecond, then a second one: "admitted"
+// sends it a millisecond later, when its unit has come; "held" sends it at
+// once, so that it is held, and lets the tick admit it a millisecond
+// later. Both rounds tick once; "ratio" is held over admitted, measured
+// back to back.
+func BenchmarkHeldRequest(b *testing.B) {
+	config := `{"capacity": 1000000, "cycle": "1000s", "burst": 0, "max_wait": "1s", "name": "held"}`
+	round := func(held bool, n int) time.Duration {
+		h, release := benchHost(b, wasmPath, `{"test_support": {"clock_property": "bench.now", "zero_cas": true}}`, config)
+		defer release()
+		headers := [][2]string{{":method", "GET"}, {":path", "/"}, {"x-client-id", "held-client"}}
+		// A millisecond into a window: the client's first unit has come.
+		now := time.Unix(1767225000, int64(time.Millisecond))
+		set := func(t time.Time) {
+			if err := h.SetProperty([]string{"bench", "now"}, []byte(strconv.FormatInt(t.UnixNano(), 10))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		send := func() (uint32, types.Action) {
+			id := h.InitializeHttpContext()
+			return id, h.CallOnRequestHeaders(id, headers, true)
+		}
+		admitted, delayed := 0, 0
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			set(now)
+			if id, a := send(); a == types.ActionContinue {
+				admitted++
+				h.CallOnResponseHeaders(id, upstreamResponse, false)
+				h.CompleteHttpContext(id)
+			}
+			var id uint32
+			var a types.Action
+			if held {
+				id, a = send()
+				now = now.Add(time.Millisecond)
+				set(now)
+				h.Tick()
+				if a == types.ActionPause && h.GetCurrentHttpStreamAction(id) == types.ActionContinue {
+					delayed++
+				}
+			} else {
+				now = now.Add(time.Millisecond)
+				set(now)
+				id, a = send()
+				h.Tick()
+				if a == types.ActionContinue {
+					admitted++
+				}
+			}
+			h.CallOnResponseHeaders(id, upstreamResponse, false)
+			h.CompleteHttpContext(id)
+			now = now.Add(time.Millisecond) // the next round's first unit
+		}
+		elapsed := time.Since(start)
+		if want := 2 * n; admitted+delayed != want || (held && delayed != n) {
+			b.Fatalf("held=%t: %d admitted at once and %d after a hold, want %d in all", held, admitted, delayed, want)
+		}
+		return elapsed
+	}
+	b.StopTimer()
+	round(false, 1000) // each in a fresh VM: warm both up first
+	round(true, 1000)
+	base := round(false, b.N)
+	b.StartTimer()
+	withHold := round(true, b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(base.Nanoseconds())/float64(b.N), "admitted-ns/round")
+	b.ReportMetric(float64(withHold.Nanoseconds())/float64(b.N), "held-ns/round")
+	b.ReportMetric(float64(withHold)/float64(base), "ratio")
+}

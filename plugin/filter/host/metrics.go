@@ -32,14 +32,16 @@ type metrics struct {
 	clockJumps    counter
 	storeFailures counter
 	panics        counter
+	delayedReqs   counter    // requests admitted after being held (hold.go)
 	lent          counter    // units of equal shares left to others, per closed window
 	borrowed      counter    // units granted beyond equal shares, per closed window
 	all           []*counter // every counter above, for flush
 	clientsActive proxywasm.MetricGauge
-	heldBelow     proxywasm.MetricGauge // clients granted less than they asked for, in the last closed window
-	jain          proxywasm.MetricGauge // Jain's index of the last closed window, in thousandths
-	fairness      gaugeValues           // held below and Jain, for the next flush
-	fleet         *fleetCounters        // fleet limits only (fleet.go)
+	heldBelow     proxywasm.MetricGauge     // clients granted less than they asked for, in the last closed window
+	jain          proxywasm.MetricGauge     // Jain's index of the last closed window, in thousandths
+	fairness      gaugeValues               // held below and Jain, for the next flush
+	waited        proxywasm.MetricHistogram // how long each of requests_delayed was held, in ms
+	fleet         *fleetCounters            // fleet limits only (fleet.go)
 
 	lastActive int    // last value recorded in clientsActive; -1 before any
 	refused    uint64 // host calls that failed, for the log's back-off
@@ -75,6 +77,7 @@ func defineMetrics(name string) *metrics {
 	def(&m.clockJumps, "clock_jumps")
 	def(&m.storeFailures, "store_failures")
 	def(&m.panics, "panics")
+	def(&m.delayedReqs, "requests_delayed")
 	def(&m.lent, "units_lent")
 	def(&m.borrowed, "units_borrowed")
 	for _, r := range reasons {
@@ -86,7 +89,16 @@ func defineMetrics(name string) *metrics {
 	m.clientsActive = proxywasm.DefineGaugeMetric(prefix + "clients_active")
 	m.heldBelow = proxywasm.DefineGaugeMetric(prefix + "clients_held_below")
 	m.jain = proxywasm.DefineGaugeMetric(prefix + "jain_index_permille")
+	m.waited = proxywasm.DefineHistogramMetric(prefix + "wait_ms")
 	return m
+}
+
+// delayed records a request admitted after being held for waited. It is
+// called on tick (hold.go), so the histogram's host call is not a
+// request's.
+func (m *metrics) delayed(waited time.Duration) {
+	m.delayedReqs.pending++
+	m.hostCall(func() { m.waited.Record(uint64(max(0, waited.Milliseconds()))) })
 }
 
 // judged records how the window a roll closed went. Only the worker that

@@ -9,6 +9,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/borrowcycle/borrowcycle/engine"
 	"github.com/borrowcycle/borrowcycle/plugin/filter"
@@ -53,8 +54,8 @@ func (v *vmContext) OnVMStart(size int) (status types.OnVMStartStatus) {
 }
 
 // NewPluginContext implements types.VMContext.
-func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{vm: v}
+func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
+	return &pluginContext{vm: v, id: id}
 }
 
 // metricsFor returns the metrics of the limit name, defining them on first
@@ -85,6 +86,7 @@ func (v *vmContext) unmatchedCounter() *counter {
 type pluginContext struct {
 	types.DefaultPluginContext
 	vm     *vmContext
+	id     uint32 // the plugin context's id, the tick's effective context
 	filter *filter.Filter
 	// metrics are the primary limit's: they also count the plugin's panics,
 	// which belong to no one limit. limits holds every limit's, by index
@@ -95,6 +97,13 @@ type pluginContext struct {
 	replier   replier
 	// fleetCalls is reused by every tick's fleet step (fleet.go).
 	fleetCalls []filter.FleetCall
+	// holds are the requests held for their unit (hold.go). Ticks come
+	// as often as they need; housekeeping keeps its own period, from
+	// lastHousekeeping.
+	holds            holds
+	tick             time.Duration
+	housekeeping     time.Duration
+	lastHousekeeping time.Time
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -140,6 +149,8 @@ func (p *pluginContext) start(set filter.Settings) error {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
 	p.filter, p.metrics, p.limits, p.unmatched = f, ms[set.Primary()], ms, unmatched
+	p.holds = holds{perLimit: make([]int, len(set.Limits))}
+	p.tick, p.housekeeping = f.TickPeriod(), f.HousekeepingPeriod()
 	return nil
 }
 
@@ -148,6 +159,15 @@ func (p *pluginContext) OnTick() {
 	defer guard(p, "OnTick", nil)
 	if p.filter == nil {
 		return
+	}
+	p.serveHeld(false)
+	if p.tick < p.housekeeping {
+		// Ticks come often for held requests; the rest keeps its period.
+		now := p.filter.Now()
+		if now.Sub(p.lastHousekeeping) < p.housekeeping-p.tick/2 {
+			return
+		}
+		p.lastHousekeeping = now
 	}
 	// Counters first: a tick that panics below must not hold them back.
 	for _, m := range p.limits {
@@ -165,14 +185,16 @@ func (p *pluginContext) OnTick() {
 func (p *pluginContext) setActive(i, clients int) { p.limits[i].setActive(clients) }
 
 // NewHttpContext implements types.PluginContext.
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
-	return &httpContext{plugin: p}
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	return &httpContext{plugin: p, id: id}
 }
 
 // httpContext is one HTTP stream.
 type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
+	id     uint32
+	held   *held // while its request is held (hold.go)
 	stream
 }
 
@@ -195,6 +217,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if !o.Matched() {
 		h.plugin.unmatched.pending++
 		return types.ActionContinue
+	}
+	if wait, ok := f.Hold(o, 0); ok && h.plugin.hold(h, o, wait) {
+		return types.ActionPause // decided again on tick (hold.go)
 	}
 	h.plugin.limits[o.Limit].count(o.Decision)
 	// The record is only information: a host that refuses it (or a
