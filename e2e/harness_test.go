@@ -227,9 +227,11 @@ func (tg *target) finish(t *testing.T) {
 // flushedStats reads the admin stats once every worker has ticked since
 // the caller's last request: the plugin counts in the VM and hands its
 // counters to Envoy on tick (docs/contract.md, Metrics). Two periods cover
-// a tick that was running when the last request arrived.
+// a tick that was running when the last request arrived. (Counters go
+// with housekeeping, which keeps its period when ticks come more often
+// for held requests.)
 func (tg *target) flushedStats() (map[string]int64, error) {
-	time.Sleep(2*tg.settings.TickPeriod() + 100*time.Millisecond)
+	time.Sleep(2*tg.settings.HousekeepingPeriod() + 100*time.Millisecond)
 	return fetchStats(tg.admin)
 }
 

@@ -57,6 +57,9 @@ func (f *Filter) Hold(o Outcome, waited time.Duration) (time.Duration, bool) {
 // MaxWaiting is how many requests one worker may hold for limit i.
 func (f *Filter) MaxWaiting(i int) int { return f.limits[i].cfg.MaxWaiting }
 
+// MaxWait is how long limit i may hold a request.
+func (f *Filter) MaxWait(i int) time.Duration { return f.limits[i].cfg.MaxWait }
+
 // Now is the filter's clock: a held request's times are read on it.
 func (f *Filter) Now() time.Time { return f.clock.Now() }
 

@@ -19,12 +19,19 @@ type held struct {
 	o     filter.Outcome
 	since time.Time // when it arrived
 	due   time.Time // when it is decided again
+	ticks int       // ticks since it arrived: its age on a clock that cannot step
 }
 
 // holds are a worker's held requests, in arrival order.
 type holds struct {
 	list     []*held
 	perLimit []int
+	refused  map[heldKey]time.Time // in one pass: clients held again, and until when
+}
+
+type heldKey struct {
+	limit  int
+	client string
 }
 
 // hold pauses h's request, refused as o, for wait. False when the limit's
@@ -54,14 +61,39 @@ func (p *pluginContext) letGo(w *held) {
 // serveHeld decides again every held request whose time has come (every
 // one, with all: the plugin is going away), then gives the tick its own
 // context back.
+//
+// The filter's clock is the wall clock, which may step. A request is due
+// when the clock passes its time, or reads before its arrival (it stepped
+// back); and a hold whose ticks add up to max_wait is decided for good,
+// whatever the clock says. Requests of one client are served in arrival
+// order, and once one is held again, the rest of that client's due ones
+// are held to the same time without a decision: they would be refused
+// alike, and each decision counts as demand.
 func (p *pluginContext) serveHeld(all bool) {
 	if len(p.holds.list) == 0 {
 		return
 	}
 	now := p.filter.Now()
+	clear(p.holds.refused)
 	kept := p.holds.list[:0]
 	for _, w := range p.holds.list {
-		if w.h != nil && ((!all && now.Before(w.due)) || !p.serve(w, now, all)) {
+		if w.h == nil {
+			continue
+		}
+		w.ticks++
+		final := all || time.Duration(w.ticks)*p.tick >= p.filter.MaxWait(w.o.Limit)+p.tick
+		if !final && now.Before(w.due) && !now.Before(w.since) {
+			kept = append(kept, w)
+			continue
+		}
+		key := heldKey{w.o.Limit, w.o.Client}
+		if due, ok := p.holds.refused[key]; ok && !final {
+			w.due = due
+			kept = append(kept, w)
+			continue
+		}
+		if !p.serve(w, now, final) {
+			p.holds.refused[key] = w.due
 			kept = append(kept, w)
 		}
 	}
@@ -79,7 +111,11 @@ func (p *pluginContext) serve(w *held, now time.Time, final bool) (done bool) {
 	defer guard(p, "held request", func() {
 		done = true
 		p.letGo(w)
-		if h.failSafe() == types.ActionContinue {
+		switch {
+		case h.replied: // its reply went out
+		case h.decided && h.outcome.Decision.Allowed:
+			_ = proxywasm.ResumeHttpRequest()
+		case h.failSafe() == types.ActionContinue:
 			_ = proxywasm.ResumeHttpRequest()
 		}
 	})
@@ -87,7 +123,9 @@ func (p *pluginContext) serve(w *held, now time.Time, final bool) (done bool) {
 		p.letGo(w) // the host no longer knows the stream
 		return true
 	}
-	waited := now.Sub(w.since)
+	// (Its age is at least what its ticks add up to: the clock may have
+	// stepped back since it arrived.)
+	waited := max(now.Sub(w.since), time.Duration(w.ticks)*p.tick)
 	o := p.filter.Redecide(w.o, waited)
 	if more, ok := p.filter.Hold(o, waited); ok && !final {
 		// Another request took the unit: held again, in arrival order,
@@ -121,9 +159,11 @@ func (p *pluginContext) OnPluginDone() bool {
 }
 
 // OnHttpStreamDone implements types.HttpContext: a stream that ends while
-// held (the client gave up, a timeout) is let go.
+// held (the client gave up, a timeout) is let go, and counted as such: it
+// was never decided for good.
 func (h *httpContext) OnHttpStreamDone() {
-	if h.held != nil {
-		h.plugin.letGo(h.held)
+	if w := h.held; w != nil {
+		h.plugin.limits[w.o.Limit].abandoned.pending++
+		h.plugin.letGo(w)
 	}
 }

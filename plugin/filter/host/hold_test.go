@@ -96,3 +96,36 @@ func TestHoldBounds(t *testing.T) {
 		h.CompleteHttpContext(second)
 	})
 }
+
+// The wall clock steps back ten minutes while a request is held: the hold
+// still ends within max_wait and a tick of ticks (here 3 s and 50 ms), and
+// housekeeping goes on, so counters still reach the host.
+func TestHoldSurvivesAClockStepBack(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "burst": 0, "max_wait": "3s", "name": "step"}`)
+		h.advance(time.Millisecond)
+		h.from("a")
+		ctx := h.open("a")
+		if !h.paused(ctx) {
+			t.Fatal("the second request was not held")
+		}
+		h.Tick()
+		h.advance(-10 * time.Minute)
+		ticks := 0
+		for ; ticks < 200 && h.paused(ctx); ticks++ {
+			h.advance(50 * time.Millisecond)
+			h.Tick()
+		}
+		if h.paused(ctx) || ticks > 61 {
+			t.Fatalf("held for %d ticks of 50 ms after the clock stepped back, want at most 61 (max_wait and a tick)", ticks)
+		}
+		h.from("a")
+		for i := 0; i < 30; i++ { // 1.5 s of ticks: housekeeping is due at least once
+			h.advance(50 * time.Millisecond)
+			h.Tick()
+		}
+		if got := h.counter("borrowcycle.step.requests_allowed") + h.counter("borrowcycle.step.requests_rejected.over_limit"); got < 3 {
+			t.Errorf("%d decisions reached the host's counters, want the 3 made: housekeeping stopped", got)
+		}
+	})
+}

@@ -33,6 +33,7 @@ type metrics struct {
 	storeFailures counter
 	panics        counter
 	delayedReqs   counter    // requests admitted after being held (hold.go)
+	abandoned     counter    // held requests whose stream ended before they were decided
 	lent          counter    // units of equal shares left to others, per closed window
 	borrowed      counter    // units granted beyond equal shares, per closed window
 	all           []*counter // every counter above, for flush
@@ -78,6 +79,7 @@ func defineMetrics(name string) *metrics {
 	def(&m.storeFailures, "store_failures")
 	def(&m.panics, "panics")
 	def(&m.delayedReqs, "requests_delayed")
+	def(&m.abandoned, "requests_abandoned")
 	def(&m.lent, "units_lent")
 	def(&m.borrowed, "units_borrowed")
 	for _, r := range reasons {

@@ -149,7 +149,7 @@ func (p *pluginContext) start(set filter.Settings) error {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
 	p.filter, p.metrics, p.limits, p.unmatched = f, ms[set.Primary()], ms, unmatched
-	p.holds = holds{perLimit: make([]int, len(set.Limits))}
+	p.holds = holds{perLimit: make([]int, len(set.Limits)), refused: map[heldKey]time.Time{}}
 	p.tick, p.housekeeping = f.TickPeriod(), f.HousekeepingPeriod()
 	return nil
 }
@@ -163,8 +163,9 @@ func (p *pluginContext) OnTick() {
 	p.serveHeld(false)
 	if p.tick < p.housekeeping {
 		// Ticks come often for held requests; the rest keeps its period.
+		// (A clock that stepped back reads a negative time since: due.)
 		now := p.filter.Now()
-		if now.Sub(p.lastHousekeeping) < p.housekeeping-p.tick/2 {
+		if since := now.Sub(p.lastHousekeeping); since >= 0 && since < p.housekeeping-p.tick/2 {
 			return
 		}
 		p.lastHousekeeping = now
