@@ -88,7 +88,7 @@ func (p *pluginContext) serveHeld(all bool) {
 		}
 		key := heldKey{w.o.Limit, w.o.Client}
 		if due, ok := p.holds.refused[key]; ok && !final {
-			w.due = due
+			w.due, w.o.Promised = due, due.Sub(w.since)
 			kept = append(kept, w)
 			continue
 		}
