@@ -123,11 +123,16 @@ func (p *pluginContext) serve(w *held, now time.Time, final bool) (done bool) {
 		p.letGo(w) // the host no longer knows the stream
 		return true
 	}
-	// (Its age is at least what its ticks add up to: the clock may have
-	// stepped back since it arrived.)
-	waited := max(now.Sub(w.since), time.Duration(w.ticks)*p.tick)
+	// Its age, for max_wait, is at least what its ticks add up to: the
+	// clock may have stepped back since it arrived. What it waited, as
+	// reported, is the clock's, unless the clock went back.
+	waited := now.Sub(w.since)
+	ticked := time.Duration(w.ticks) * p.tick
+	if waited < 0 {
+		waited = ticked
+	}
 	o := p.filter.Redecide(w.o, waited)
-	if more, ok := p.filter.Hold(o, waited); ok && !final {
+	if more, ok := p.filter.Hold(o, max(waited, ticked)); ok && !final {
 		// Another request took the unit: held again, in arrival order,
 		// with the new promise.
 		w.o.Decision, w.due = o.Decision, now.Add(more)
