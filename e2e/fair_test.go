@@ -93,14 +93,32 @@ func TestWeightedClientGetsWeightedShare(t *testing.T) {
 		}
 		return mine
 	})
-	// Count admissions per client and aligned window by the time sent and
-	// received: a response whose two times fall in different windows is
-	// left out (it may count in either).
-	type key struct {
-		window int64
-		client string
+	got := admittedPerWindow(t, rs, tg.settings)
+	first, _, _ := engine.WindowAt(start, cycle, tg.settings.Engine.WindowOffset)
+	for w := first; w < first+2; w++ {
+		p, b := got[windowClient{w, "premium"}], got[windowClient{w, "basic"}]
+		t.Logf("window %d: premium %d, basic %d", w, p, b)
+		// Both ask far more than 40 a window: weighted max-min is 30/10.
+		// A response or two at the window's edges may be left out above.
+		if p < 28 || p > 30 || b < 8 || b > 10 {
+			t.Errorf("window %d: premium %d, basic %d admitted, want 30 and 10 (weights 3:1 of 40)", w, p, b)
+		}
 	}
-	got := map[key]int{}
+}
+
+// windowClient is a client in an aligned window.
+type windowClient struct {
+	window int64
+	client string
+}
+
+// admittedPerWindow counts admissions per client and aligned window by the
+// time sent and received: a response whose two times fall in different
+// windows is left out (it may count in either), so each count is at most
+// the true one. A response that is neither 200 nor over_limit fails t.
+func admittedPerWindow(t *testing.T, rs []result, s settings) map[windowClient]int {
+	t.Helper()
+	got := map[windowClient]int{}
 	for _, r := range rs {
 		if r.err != nil {
 			t.Fatalf("request failed: %v", r)
@@ -111,20 +129,11 @@ func TestWeightedClientGetsWeightedShare(t *testing.T) {
 			}
 			continue
 		}
-		ws, _, _ := engine.WindowAt(r.sent, cycle, tg.settings.Engine.WindowOffset)
-		wr, _, _ := engine.WindowAt(r.recv, cycle, tg.settings.Engine.WindowOffset)
+		ws, _, _ := engine.WindowAt(r.sent, s.Engine.Cycle, s.Engine.WindowOffset)
+		wr, _, _ := engine.WindowAt(r.recv, s.Engine.Cycle, s.Engine.WindowOffset)
 		if ws == wr {
-			got[key{ws, r.client}]++
+			got[windowClient{ws, r.client}]++
 		}
 	}
-	first, _, _ := engine.WindowAt(start, cycle, tg.settings.Engine.WindowOffset)
-	for w := first; w < first+2; w++ {
-		p, b := got[key{w, "premium"}], got[key{w, "basic"}]
-		t.Logf("window %d: premium %d, basic %d", w, p, b)
-		// Both ask far more than 40 a window: weighted max-min is 30/10.
-		// A response or two at the window's edges may be left out above.
-		if p < 28 || p > 30 || b < 8 || b > 10 {
-			t.Errorf("window %d: premium %d, basic %d admitted, want 30 and 10 (weights 3:1 of 40)", w, p, b)
-		}
-	}
+	return got
 }

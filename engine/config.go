@@ -46,6 +46,13 @@ type Config struct {
 	// (rules.go, Weights). At most MaxWeights entries.
 	Weights       map[string]float64
 	hashedWeights map[uint64]float64 // Weights by client hash, set by New
+	// MaxShare caps what any one client may be granted in a window, in
+	// units, even when capacity is idle; 0: no cap. Caps overrides it per
+	// client id. What a cap keeps from a client goes to the others
+	// (rules.go, Caps). Each in [1, Capacity]. At most MaxWeights entries.
+	MaxShare   int64
+	Caps       map[string]int64
+	hashedCaps map[uint64]int64 // Caps by client hash, set by New
 	// MaxClients bounds the client table (registered plus pending). A
 	// newcomer beyond it is rejected with ReasonTableFull; it never evicts a
 	// registered client.
@@ -110,6 +117,10 @@ func (c Config) Validate() error {
 		return fieldErr("burst", "must be in [0, 1], got %v", c.Burst)
 	case validateWeights(c.Weights) != nil:
 		return validateWeights(c.Weights)
+	case c.MaxShare < 0 || c.MaxShare > c.Capacity:
+		return fieldErr("max_share", "must be an integer in [1, capacity=%d], got %d", c.Capacity, c.MaxShare)
+	case validateCaps(c.Caps, c.Capacity) != nil:
+		return validateCaps(c.Caps, c.Capacity)
 	case c.MaxClients < 1 || c.MaxClients > MaxClientsCap:
 		return fieldErr("max_clients", "must be in [1, %d], got %d", MaxClientsCap, c.MaxClients)
 	case c.MaxIDsPerPeer < 0 || c.MaxIDsPerPeer > MaxIDsPerPeerCap:

@@ -99,7 +99,7 @@ func TestFairKeep(t *testing.T) {
 		{[]float64{10, 20, 90}, 0},        // level 70: one above it
 		{[]float64{10, 20, 30}, 0},        // everything fits
 	} {
-		pp := Fair{}.params(100, tc.demands, nil)
+		pp := Fair{}.params(100, tc.demands, nil, nil)
 		if got := (Fair{}).keep(&pp); got != tc.want {
 			t.Errorf("demands %v (level %v): keep %d, want %d", tc.demands, pp[fairLevel], got, tc.want)
 		}
@@ -358,6 +358,9 @@ func TestCapHoldsForEveryPolicy(t *testing.T) {
 				if seed%3 == 0 {
 					cfg.Pace, cfg.Burst = true, 0.3
 				}
+				if seed%4 == 1 {
+					cfg.MaxShare, cfg.Caps = max(3, cfg.Capacity/4), map[string]int64{"c1": 3, "c2": cfg.Capacity}
+				}
 				store := NewMemStore()
 				workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
 				var outs []outcome
@@ -374,7 +377,33 @@ func TestCapHoldsForEveryPolicy(t *testing.T) {
 					outs = append(outs, outcome{client: client, at: at, cost: cost, d: w.AdmitNAt(at, client, cost)})
 				}
 				checkOutcomes(t, cfg, outs)
+				checkClientCaps(t, cfg, outs)
 			})
+		}
+	}
+}
+
+// checkClientCaps fails t if a client was admitted more units in a window
+// than its cap (Config.MaxShare, Config.Caps).
+func checkClientCaps(t *testing.T, cfg Config, outs []outcome) {
+	t.Helper()
+	type key struct {
+		window int64
+		client string
+	}
+	got := map[key]int64{}
+	for _, o := range outs {
+		if !o.d.Allowed || o.d.Reason != ReasonOK {
+			continue
+		}
+		k, _, _ := WindowAt(o.at, cfg.Cycle, cfg.WindowOffset)
+		got[key{k, o.client}] += max(o.cost, 1)
+		most, ok := cfg.Caps[o.client]
+		if !ok {
+			most = cfg.MaxShare
+		}
+		if n := got[key{k, o.client}]; most > 0 && n > most {
+			t.Fatalf("window %d: %s admitted %d units, above its cap %d", k, o.client, n, most)
 		}
 	}
 }

@@ -52,7 +52,7 @@ func New(cfg Config, store Store, opts ...Option) (*Limiter, error) {
 		return nil, &FieldError{Field: "store", Reason: "must not be nil"}
 	}
 	l := &Limiter{cfg: cfg, clock: SystemClock{}, obs: NopObserver{}}
-	l.cfg.hashWeights()
+	l.cfg.hashedWeights, l.cfg.hashedCaps = byHash(l.cfg.Weights), byHash(l.cfg.Caps)
 	for _, o := range opts {
 		o(l)
 	}

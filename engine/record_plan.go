@@ -14,8 +14,8 @@ import (
 
 // planVersion and planLen: the plan's encoding.
 const (
-	planVersion = 3
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8*3 + sealLen
+	planVersion = 4
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8*3 + 8 + sealLen
 )
 
 // plan is the small record every worker reads to know the running window
@@ -44,6 +44,10 @@ type plan struct {
 	// scale turns what each client still wants of its full-window share
 	// into what it may take of the window's remaining budget (≤ 1).
 	scale float64
+	// spread (≥ 1) multiplies every client's cap, up to its own cap
+	// (Config.MaxShare, Config.Caps): it shares what the caps keep from
+	// capped clients among the others (see spreadCaps). 1 without caps.
+	spread float64
 	// shift is added to every worker's clock reading (Unix ns, a whole
 	// number of cycles, never negative, only ever growing): after a clock
 	// jump the store's windows run ahead of the clock, and a shift moves
@@ -90,6 +94,7 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, uint64(p.newCycle))
 	dst = le.AppendUint64(dst, uint64(p.newOffset))
 	dst = le.AppendUint64(dst, uint64(p.newBuckets))
+	dst = le.AppendUint64(dst, math.Float64bits(p.spread))
 	return seal(dst)
 }
 
@@ -129,6 +134,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.newCycle = int64(le.Uint64(b[off+56:]))
 	q.newOffset = int64(le.Uint64(b[off+64:]))
 	q.newBuckets = int64(le.Uint64(b[off+72:]))
+	q.spread = math.Float64frombits(le.Uint64(b[off+80:]))
 	switch {
 	case b[69]&^1 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
@@ -140,8 +146,8 @@ func decodePlan(b []byte, p *plan) error {
 		return fmt.Errorf("%w: plan counts %d+%d", errCorrupt, q.n, q.pending)
 	case q.buckets == 0 || q.buckets > maxBuckets || q.buckets&(q.buckets-1) != 0:
 		return fmt.Errorf("%w: plan buckets %d", errCorrupt, q.buckets)
-	case !(q.scale >= 0 && q.scale <= 1) || !(q.thrFrac >= -1 && q.thrFrac <= 2):
-		return fmt.Errorf("%w: plan scale %v, threshold %v", errCorrupt, q.scale, q.thrFrac)
+	case !(q.scale >= 0 && q.scale <= 1) || !(q.thrFrac >= -1 && q.thrFrac <= 2) || !(q.spread >= 1 && q.spread <= maxSpread):
+		return fmt.Errorf("%w: plan scale %v, threshold %v, spread %v", errCorrupt, q.scale, q.thrFrac, q.spread)
 	case q.cycle <= 0 || q.cycle > int64(MaxCycle) || q.offset < 0 || q.offset >= q.cycle:
 		return fmt.Errorf("%w: plan cycle %d, offset %d", errCorrupt, q.cycle, q.offset)
 	case q.window < minWindow || q.window > maxWindow || q.window > math.MaxInt64/q.cycle-2 || q.window < math.MinInt64/q.cycle+2:

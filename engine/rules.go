@@ -18,7 +18,10 @@ package engine
 //   - the client id's hash.
 
 import (
+	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -367,7 +370,14 @@ func fullShare(pol compactPolicy, p *plan, e *entry, cfg *Config) int64 {
 	if isNew(e, p) {
 		d = newDemand(w*p.params[0], shown(e)) // p.params[0] is the default share per weight unit, C/W, for every policy
 	}
-	return roundCap(weightedCap(pol, &p.params, d, w), e.since, e.hash, p)
+	most := cfg.mostOf(e.hash)
+	return roundCap(spreadCap(p, weightedCap(pol, &p.params, d, w, most), most), most, e.since, e.hash, p)
+}
+
+// spreadCap is a client's cap c, at most most, under p's spread (see
+// spreadCaps): the one formula both a plan and a worker apply.
+func spreadCap(p *plan, c, most float64) float64 {
+	return math.Min(most, p.spread*math.Max(0, sanitize(c)))
 }
 
 // shown is what a newcomer that entered unproven has shown: the units it
@@ -394,13 +404,16 @@ func newDemand(def, shown float64) float64 {
 	return math.Min(shown, def)
 }
 
-func roundCap(c float64, since int64, hash uint64, p *plan) int64 {
+// roundCap rounds a client's cap c by p's largest-remainder threshold, to
+// at most the capacity and its own cap most (a client at its cap does not
+// round up).
+func roundCap(c, most float64, since int64, hash uint64, p *plan) int64 {
 	c = math.Max(0, sanitize(c))
 	f := math.Floor(c)
 	if roundsUp(c-f, since, hash, p) {
 		f++
 	}
-	return int64(math.Min(f, float64(p.capacity)))
+	return int64(math.Min(math.Min(f, float64(p.capacity)), most))
 }
 
 // roundsUp reports whether a client's cap rounds up under p's largest
@@ -459,6 +472,7 @@ type planScratch struct {
 	isNew   []bool
 	shown   []float64
 	weights []float64
+	mosts   []float64 // caps (rules.go, Caps), +Inf for an uncapped client
 	granted []int64
 	fracs   []float64
 	order   []int
@@ -473,7 +487,7 @@ func (s *planScratch) reset() {
 // window a roll closes, after the first c).
 func (s *planScratch) truncate(n, c int) {
 	s.hashes, s.since, s.demands, s.isNew, s.shown, s.granted = s.hashes[:n], s.since[:n], s.demands[:n], s.isNew[:n], s.shown[:n], s.granted[:n]
-	s.weights = s.weights[:n]
+	s.weights, s.mosts = s.weights[:n], s.mosts[:n]
 	s.closed.demands, s.closed.weights, s.closed.granted = s.closed.demands[:c], s.closed.weights[:c], s.closed.granted[:c]
 }
 
@@ -489,7 +503,7 @@ func (c *closedScratch) add(e *entry, cur *plan, cfg *Config) {
 	if e.window == cur.window {
 		d, g = float64(e.demand), float64(e.granted)
 	}
-	c.demands = append(c.demands, d)
+	c.demands = append(c.demands, math.Min(d, cfg.mostOf(e.hash))) // a cap bounds what a client may ask
 	c.weights = append(c.weights, cfg.weightOf(e.hash))
 	c.granted = append(c.granted, g)
 }
@@ -561,6 +575,7 @@ func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 	s.isNew = append(s.isNew, isNew(e, next))
 	s.shown = append(s.shown, shown(e))
 	s.weights = append(s.weights, cfg.weightOf(e.hash))
+	s.mosts = append(s.mosts, cfg.mostOf(e.hash))
 	g := int64(0)
 	if e.window == next.window {
 		g = e.granted
@@ -574,9 +589,9 @@ func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left int64) {
 	n := len(s.hashes)
 	next.capacity, next.n = capacity, uint32(n)
-	next.thrFrac, next.thrSince, next.thrHash, next.scale = 2, 0, 0, 1
+	next.thrFrac, next.thrSince, next.thrHash, next.scale, next.spread = 2, 0, 0, 1, 1
 	if n == 0 {
-		next.params = pol.params(capacity, nil, nil)
+		next.params = pol.params(capacity, nil, nil, nil)
 		return
 	}
 	def := float64(capacity) / totalWeight(s.weights, n) // per weight unit
@@ -584,12 +599,19 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		if s.isNew[i] {
 			s.demands[i] = newDemand(s.weights[i]*def, s.shown[i])
 		}
+		s.demands[i] = math.Min(sanitize(s.demands[i]), s.mosts[i])
 	}
-	next.params = pol.params(capacity, s.demands, s.weights)
+	next.params = pol.params(capacity, s.demands, s.weights, s.mosts)
 	s.fracs = resizeFloats(s.fracs, n)
-	var floors int64
 	for i, d := range s.demands {
-		c := math.Max(0, sanitize(weightedCap(pol, &next.params, d, s.weights[i])))
+		s.fracs[i] = math.Max(0, sanitize(weightedCap(pol, &next.params, d, s.weights[i], s.mosts[i])))
+	}
+	if _, lends := pol.(lender); !lends {
+		next.spread = spreadCaps(float64(capacity), s.fracs, s.mosts)
+	}
+	var floors int64
+	for i, c := range s.fracs {
+		c = spreadCap(next, c, s.mosts[i])
 		f := math.Floor(c)
 		s.fracs[i] = c - f
 		s.demands[i] = f // the demand is not needed any more: keep the floor
@@ -612,7 +634,7 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		if roundsUp(s.fracs[i], s.since[i], s.hashes[i], next) {
 			f++
 		}
-		full := int64(math.Min(f, float64(capacity)))
+		full := int64(math.Min(math.Min(f, float64(capacity)), s.mosts[i]))
 		want += max(0, full-s.granted[i])
 	}
 	if _, lends := pol.(lender); lends {
@@ -621,6 +643,44 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	if left = max(left, 0); want > left {
 		next.scale = float64(left) / float64(want)
 	}
+}
+
+// maxSpread bounds a plan's spread: far above any a real plan computes
+// (capacity over the smallest cap that takes part).
+const maxSpread = 1 << 62
+
+// spreadCaps is the factor k ≥ 1 by which a partition's caps grow, each
+// up to its client's cap (most), so that they share what the caps keep
+// from capped clients: Σ min(mostᵢ, k·cᵢ) = capacity when the caps allow
+// it, and every client at its cap otherwise. caps are the policy's caps,
+// each already at most its client's cap; without caps, or when they sum
+// to the capacity, k is 1.
+//
+// Each round raises k to what fills the capacity with the clients not yet
+// at their cap, and then finds more of them at it. Every k found is safe:
+// the sum never exceeds the capacity, so a round limit only leaves some
+// units unshared, never too many.
+func spreadCaps(capacity float64, caps, mosts []float64) float64 {
+	k := 1.0
+	for round := 0; round < 64; round++ {
+		var fixed, free float64
+		for i, c := range caps {
+			if m := mosts[i]; k*c >= m {
+				fixed += m
+			} else {
+				free += c
+			}
+		}
+		if free <= 0 || fixed+k*free >= capacity*(1-1e-12) {
+			break
+		}
+		next := (capacity - fixed) / free
+		if next <= k {
+			break
+		}
+		k = math.Min(next, maxSpread)
+	}
+	return k
 }
 
 // selectNth returns the index of the k-th (0-based) client in the
@@ -708,8 +768,12 @@ func resizeFloats(f []float64, n int) []float64 {
 type Policy interface {
 	Name() string
 	Allocate(dst []int64, capacity int64, demands []float64) []int64
-	params(capacity int64, demands, weights []float64) policyParams
-	capOf(p *policyParams, demand float64) float64
+	// params are over every client's demand, weight and cap (mosts):
+	// weights and mosts nil when there are none.
+	params(capacity int64, demands, weights, mosts []float64) policyParams
+	// capOf is a weight-1 client's cap for its demand, given the most it
+	// may have (+Inf: no cap).
+	capOf(p *policyParams, demand, most float64) float64
 }
 
 // policy is the config's Policy: Seed, with the config's reservation,
@@ -743,13 +807,13 @@ func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 // weight unit, see Weights below). With them, capOf gives any one client's
 // real-valued cap from its own demand alone, which is what lets a worker
 // derive one client's share without reading the others (see Shares above).
-func (p Seed) params(capacity int64, demands, weights []float64) policyParams {
+func (p Seed) params(capacity int64, demands, weights, mosts []float64) policyParams {
 	def := float64(capacity) / totalWeight(weights, len(demands))
 	floor := def * clamp01(p.Reservation)
 	var deficit, surplus float64
 	for i, d := range demands {
 		w := weightAt(weights, i)
-		g := w * (def - math.Max(sanitize(d)/w, floor))
+		g := w * (def - kept(sanitize(d)/w, floor, mostAt(mosts, i)/w))
 		if g < 0 {
 			deficit -= g
 		} else {
@@ -762,9 +826,9 @@ func (p Seed) params(capacity int64, demands, weights []float64) policyParams {
 // capOf is one client's real-valued cap: D plus a loan in proportion to its
 // deficit for a client that wanted more than D, and its reserved demand
 // plus a part of what is left over for one that wanted less.
-func (Seed) capOf(pp *policyParams, demand float64) float64 {
+func (Seed) capOf(pp *policyParams, demand, most float64) float64 {
 	def, floor, deficit, surplus, remaining := pp[0], pp[1], pp[2], pp[3], pp[4]
-	r := math.Max(sanitize(demand), floor)
+	r := kept(sanitize(demand), floor, most)
 	g := def - r
 	switch {
 	case g <= 0 && deficit > 0:
@@ -788,11 +852,11 @@ func (p Static) Allocate(dst []int64, capacity int64, demands []float64) []int64
 	return allocateCompact(p, dst, capacity, demands)
 }
 
-func (Static) params(capacity int64, demands, weights []float64) policyParams {
+func (Static) params(capacity int64, demands, weights, _ []float64) policyParams {
 	return policyParams{float64(capacity) / totalWeight(weights, len(demands))}
 }
 
-func (Static) capOf(pp *policyParams, _ float64) float64 { return pp[0] }
+func (Static) capOf(pp *policyParams, _, _ float64) float64 { return pp[0] }
 
 // policyParams are a policy's compact parameters: a few numbers computed
 // over every client at a (re-)plan, from which capOf derives any one
@@ -812,10 +876,10 @@ func allocateCompact(p compactPolicy, dst []int64, capacity int64, demands []flo
 	if n == 0 || capacity <= 0 {
 		return dst
 	}
-	params := p.params(capacity, demands, nil)
+	params := p.params(capacity, demands, nil, nil)
 	caps := scratchFloats(n)
 	for i, d := range demands {
-		caps[i] = p.capOf(&params, d)
+		caps[i] = p.capOf(&params, d, math.Inf(1))
 	}
 	return largestRemainder(dst, capacity, caps)
 }
@@ -960,11 +1024,15 @@ func totalWeight(weights []float64, n int) float64 {
 // policy's cap is a limit, the capacity, not a part of it (its weights act
 // in the borrow gate), so it is not scaled: a light client alone may still
 // use the whole window.
-func weightedCap(pol compactPolicy, pp *policyParams, demand, w float64) float64 {
+//
+// A capped client's demand counts up to its cap (most), and its cap is
+// at most that (see Caps).
+func weightedCap(pol compactPolicy, pp *policyParams, demand, w, most float64) float64 {
+	d := math.Min(sanitize(demand), most)
 	if _, limit := pol.(Fair); limit {
-		return pol.capOf(pp, sanitize(demand))
+		return math.Min(pol.capOf(pp, d, most), most)
 	}
-	return w * pol.capOf(pp, sanitize(demand)/w)
+	return math.Min(w*pol.capOf(pp, d/w, most/w), most)
 }
 
 // weightOf is the weight of the client with hash h (1 unless configured).
@@ -975,36 +1043,94 @@ func (c *Config) weightOf(h uint64) float64 {
 	return 1
 }
 
-// hashWeights indexes Weights by client hash, once per limiter.
-func (c *Config) hashWeights() {
-	if len(c.Weights) == 0 {
-		c.hashedWeights = nil
-		return
+// Caps (Config.MaxShare, Config.Caps) bound what one client may be
+// granted in a window, in units, even when capacity is idle. What a cap
+// keeps from a client goes to the others, as the policy lends anything:
+//
+//   - a capped client's demand counts up to its cap, in every policy's
+//     parameters and in its own cap, so it never borrows what it may not
+//     use and the others borrow it instead;
+//   - under the seed policy, it keeps at most its cap of its reservation
+//     (kept), so a reservation above a cap lends the difference;
+//   - its share is at most its cap, and what that keeps from it is
+//     spread over the others' shares (spreadCaps) in a partition (seed,
+//     static); under the fair policy, a limit, the work-conserving pool
+//     lends the rest.
+//
+// A plan leaves capacity unshared only when every client is at its cap.
+
+// mostOf is the cap of the client with hash h, +Inf when it has none.
+func (c *Config) mostOf(h uint64) float64 {
+	if m, ok := c.hashedCaps[h]; ok {
+		return float64(m)
 	}
-	c.hashedWeights = make(map[uint64]float64, len(c.Weights))
-	for id, w := range c.Weights {
-		c.hashedWeights[clientHash(id)] = w
+	if c.MaxShare > 0 {
+		return float64(c.MaxShare)
 	}
+	return math.Inf(1)
 }
 
-// validateWeights reports the first bad entry of Config.Weights, in key
-// order so that the message is the same on every run.
+// mostAt is mosts[i], or +Inf without caps.
+func mostAt(mosts []float64, i int) float64 {
+	if mosts == nil {
+		return math.Inf(1)
+	}
+	return mosts[i]
+}
+
+// kept is what a seed client keeps of its default share (per weight
+// unit): its demand, at least the reservation floor, at most its cap.
+func kept(demand, floor, most float64) float64 {
+	return math.Min(math.Max(demand, floor), most)
+}
+
+// byHash indexes a per-client map (Weights, Caps) by client hash, once
+// per limiter; nil when it is empty.
+func byHash[T any](m map[string]T) map[uint64]T {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[uint64]T, len(m))
+	for id, v := range m {
+		out[clientHash(id)] = v
+	}
+	return out
+}
+
+// validateCaps reports the first bad entry of Config.Caps.
+func validateCaps(caps map[string]int64, capacity int64) error {
+	return validatePerClient("caps", caps, func(m int64) string {
+		if m < 1 || m > capacity {
+			return fmt.Sprintf("must be an integer in [1, capacity=%d], got %d", capacity, m)
+		}
+		return ""
+	})
+}
+
+// validateWeights reports the first bad entry of Config.Weights.
 func validateWeights(ws map[string]float64) error {
-	if len(ws) > MaxWeights {
-		return fieldErr("weights", "at most %d entries, got %d", MaxWeights, len(ws))
+	return validatePerClient("weights", ws, func(w float64) string {
+		if math.IsNaN(w) || w < MinWeight || w > MaxWeight {
+			return fmt.Sprintf("must be in [%v, %d], got %v", MinWeight, MaxWeight, w)
+		}
+		return ""
+	})
+}
+
+// validatePerClient reports the first bad entry of a per-client map, in key
+// order so that the message is the same on every run: at most MaxWeights
+// entries, ids of 1 to MaxWeightIDLen bytes, and values bad says nothing
+// against.
+func validatePerClient[T any](field string, m map[string]T, bad func(T) string) error {
+	if len(m) > MaxWeights {
+		return fieldErr(field, "at most %d entries, got %d", MaxWeights, len(m))
 	}
-	ids := make([]string, 0, len(ws))
-	for id := range ws {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		w := ws[id]
-		switch {
-		case id == "" || len(id) > MaxWeightIDLen:
-			return fieldErr("weights", "client ids must be 1 to %d bytes, got %d", MaxWeightIDLen, len(id))
-		case math.IsNaN(w) || w < MinWeight || w > MaxWeight:
-			return fieldErr("weights", "%q: must be in [%v, %d], got %v", id, MinWeight, MaxWeight, w)
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		if id == "" || len(id) > MaxWeightIDLen {
+			return fieldErr(field, "client ids must be 1 to %d bytes, got %d", MaxWeightIDLen, len(id))
+		}
+		if why := bad(m[id]); why != "" {
+			return fieldErr(field, "%q: %s", id, why)
 		}
 	}
 	return nil
@@ -1091,7 +1217,7 @@ const lateKeep = 2
 
 // params computes D, the water level L and how many clients wanted more
 // than L over every client's demand.
-func (Fair) params(capacity int64, demands, weights []float64) policyParams {
+func (Fair) params(capacity int64, demands, weights, _ []float64) policyParams {
 	c := float64(capacity)
 	level := weightedLevel(c, demands, weights)
 	var above float64
@@ -1104,7 +1230,7 @@ func (Fair) params(capacity int64, demands, weights []float64) policyParams {
 }
 
 // capOf is the most a client may hold in the window: the capacity.
-func (Fair) capOf(pp *policyParams, _ float64) float64 { return pp[fairCapacity] }
+func (Fair) capOf(pp *policyParams, _, _ float64) float64 { return pp[fairCapacity] }
 
 // tiers are a client's guarantee and its priority limit (the water level,
 // at least the guarantee), in units.

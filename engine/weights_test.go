@@ -71,16 +71,7 @@ func TestWeightedShares(t *testing.T) {
 				t.Fatal(err)
 			}
 			for w := 0; w < 3; w++ {
-				l.TickAt(t0.Add(time.Duration(w) * cfg.Cycle))
-				got := map[string]int{}
-				for i := 0; i < 200; i++ {
-					at := t0.Add(time.Duration(w)*cfg.Cycle + time.Duration((float64(i)+0.5)*float64(cfg.Cycle)/200))
-					for _, c := range []string{"premium", "a", "b"} {
-						if l.AdmitAt(at, c).Allowed {
-							got[c]++
-						}
-					}
-				}
+				got := hammer(l, cfg, w, "premium", "a", "b")
 				if got["premium"] != 30 || got["a"] != 10 || got["b"] != 10 {
 					t.Errorf("window %d: admitted %v, want premium 30, a 10, b 10", w, got)
 				}
@@ -93,11 +84,11 @@ func TestWeightedShares(t *testing.T) {
 		demands := []float64{0, 100, 100}
 		weights := []float64{3, 1, 1}
 		pol := Seed{Reservation: 0.1}
-		pp := pol.params(50, demands, weights)
-		if got := weightedCap(pol, &pp, 0, 3); math.Abs(got-3) > 1e-9 {
+		pp := pol.params(50, demands, weights, nil)
+		if got := weightedCap(pol, &pp, 0, 3, math.Inf(1)); math.Abs(got-3) > 1e-9 {
 			t.Errorf("idle premium's cap = %v, want its weighted reservation 3", got)
 		}
-		if got := weightedCap(pol, &pp, 100, 1); math.Abs(got-23.5) > 1e-9 {
+		if got := weightedCap(pol, &pp, 100, 1, math.Inf(1)); math.Abs(got-23.5) > 1e-9 {
 			t.Errorf("a's cap = %v, want 10 + half of the 27 lent = 23.5", got)
 		}
 	})
@@ -116,4 +107,21 @@ func TestFairLightWeightAloneUsesTheWindow(t *testing.T) {
 	if got := evenly(l, 1, "light", 80, cfg.Cycle); got <= 20 {
 		t.Errorf("light (weight 0.5) alone admitted %d of 80 asked in a window of 40, want more than its weighted half (the idle client's part is lent)", got)
 	}
+}
+
+// hammer ticks at window w's start (0-based from t0) and sends 200 rounds
+// of one request from each client, evenly over the window; it returns how
+// many each was admitted.
+func hammer(l *Limiter, cfg Config, w int, clients ...string) map[string]int {
+	l.TickAt(t0.Add(time.Duration(w) * cfg.Cycle))
+	got := map[string]int{}
+	for i := 0; i < 200; i++ {
+		at := t0.Add(time.Duration(w)*cfg.Cycle + time.Duration((float64(i)+0.5)*float64(cfg.Cycle)/200))
+		for _, c := range clients {
+			if l.AdmitAt(at, c).Allowed {
+				got[c]++
+			}
+		}
+	}
+	return got
 }

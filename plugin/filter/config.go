@@ -121,6 +121,8 @@ type rawConfig struct {
 	Policy           json.RawMessage `json:"policy"`    // policy.go
 	Burst            json.RawMessage `json:"burst"`
 	Weights          json.RawMessage `json:"weights"`
+	MaxShare         json.RawMessage `json:"max_share"`
+	Caps             json.RawMessage `json:"caps"`
 	Fleet            json.RawMessage `json:"fleet"`
 }
 
@@ -246,6 +248,9 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	}
 	if cfg.Cost > capacity {
 		return Config{}, fieldError(p.label("cost"), "must not exceed capacity ("+strconv.FormatInt(capacity, 10)+"), got "+strconv.FormatInt(cfg.Cost, 10))
+	}
+	if err := checkCaps(&cfg, p.label); err != nil {
+		return Config{}, err
 	}
 	cfg.Engine.Passthrough = mode == "passthrough"
 	cfg.Passthrough = cfg.Engine.Passthrough
@@ -400,6 +405,10 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Burst
 	case "weights":
 		return &r.Weights
+	case "max_share":
+		return &r.MaxShare
+	case "caps":
+		return &r.Caps
 	case "unlimited":
 		return &r.Unlimited
 	}

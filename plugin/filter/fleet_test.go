@@ -165,3 +165,12 @@ func FuzzParseLeaseReplies(f *testing.F) {
 		}
 	})
 }
+
+// TestFleetRefusesCaps: a cap would hold per Envoy, not across the fleet.
+func TestFleetRefusesCaps(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"capacity": 100, "cycle": "10s", "caps": {"free": 5},
+		"fleet": {"cluster": "gubernator", "capacity": 300, "fallback_capacity": 20}}`))
+	if want := "caps: not supported with fleet: a cap would hold per Envoy, not across the fleet"; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}

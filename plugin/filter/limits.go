@@ -190,7 +190,7 @@ func inherit(own, top *rawConfig) rawConfig {
 var inheritedFields = []string{
 	"capacity", "cycle", "reservation", "client_header", "client_id", "max_ids_per_peer", "peer", "mode", "max_clients", "idle_cycles",
 	"min_cycle", "window_offset", "retry_after_jitter", "max_wait", "max_waiting", "failure_mode_deny", "rate_limit_headers", "headers_on_allowed", "status_code",
-	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "fleet",
+	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "max_share", "caps", "fleet",
 }
 
 // match parses a match object: absent holds for every request, and an

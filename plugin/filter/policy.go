@@ -3,22 +3,23 @@ package filter
 import (
 	"encoding/json"
 	"math"
+	"sort"
 	"strconv"
 
 	"github.com/borrowcycle/borrowcycle/engine"
 )
 
-// This file parses the policy, burst and weights fields (docs/contract.md, "The fair
-// policy, pacing and weights"): policy, burst and weights, strictly like
-// the others: a wrong type, a null or a value out of range is refused with
-// the field's name.
+// This file parses the policy, burst, weights, max_share and caps fields
+// (docs/contract.md, "The fair policy, pacing and weights" and "Caps"),
+// strictly like the others: a wrong type, a null or a value out of range
+// is refused with the field's name.
 
 // policies maps the policy field's values to engine policies; the first
 // is the default.
 var policies = []string{"seed", "fair", "static"}
 
-// policyFields sets ec's Policy, Pace, Burst and Weights from raw.
-// Reservation must already be parsed: the seed policy carries it.
+// policyFields sets ec's Policy, Pace, Burst, Weights, MaxShare and Caps
+// from raw. Reservation and Capacity must already be parsed.
 func (p *fieldParser) policyFields(raw *rawConfig, ec *engine.Config) {
 	switch p.enum("policy", raw.Policy, policies[0], policies...) {
 	case "seed":
@@ -33,12 +34,67 @@ func (p *fieldParser) policyFields(raw *rawConfig, ec *engine.Config) {
 		ec.Pace = true
 	}
 	ec.Weights = p.weights("weights", raw.Weights)
+	ec.MaxShare = p.integer("max_share", raw.MaxShare, 0, 1, ec.Capacity, false)
+	ec.Caps = p.caps("caps", raw.Caps, ec.Capacity)
 }
 
-// weights parses an object of client id → weight in [MinWeight, MaxWeight], at
-// most MaxWeights entries, ids 1 to MaxWeightIDLen bytes. Members are read
-// in sorted order, so the same bad one is reported every time.
+// checkCaps refuses caps that the rest of cfg makes meaningless: below the
+// cost of one request (the client could never be admitted), or in fleet
+// mode, where a cap would hold per Envoy rather than across the fleet.
+func checkCaps(cfg *Config, label func(string) string) error {
+	ec := &cfg.Engine
+	if ec.MaxShare == 0 && len(ec.Caps) == 0 {
+		return nil
+	}
+	field := "max_share"
+	if ec.MaxShare == 0 {
+		field = "caps"
+	}
+	if ec.Fleet != nil {
+		return fieldError(label(field), "not supported with fleet: a cap would hold per Envoy, not across the fleet")
+	}
+	cost := strconv.FormatInt(cfg.Cost, 10)
+	if ec.MaxShare > 0 && ec.MaxShare < cfg.Cost {
+		return fieldError(label("max_share"), "must be at least cost ("+cost+"), got "+strconv.FormatInt(ec.MaxShare, 10))
+	}
+	ids := make([]string, 0, len(ec.Caps))
+	for id := range ec.Caps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if m := ec.Caps[id]; m < cfg.Cost {
+			return fieldError(label("caps"), strconv.Quote(id)+": must be at least cost ("+cost+"), got "+strconv.FormatInt(m, 10))
+		}
+	}
+	return nil
+}
+
+// weights parses an object of client id → weight in [MinWeight,
+// MaxWeight] (see perClient).
 func (p *fieldParser) weights(field string, raw json.RawMessage) map[string]float64 {
+	return perClient(p, field, raw, "a number in ["+strconv.FormatFloat(engine.MinWeight, 'g', -1, 64)+", "+strconv.Itoa(engine.MaxWeight)+"]",
+		func(v string) (float64, bool) {
+			w, err := strconv.ParseFloat(v, 64)
+			return w, err == nil && !math.IsNaN(w) && w >= engine.MinWeight && w <= engine.MaxWeight
+		})
+}
+
+// caps parses an object of client id → cap, an integer in [1, capacity]
+// (see perClient).
+func (p *fieldParser) caps(field string, raw json.RawMessage, capacity int64) map[string]int64 {
+	return perClient(p, field, raw, "an integer in [1, "+strconv.FormatInt(capacity, 10)+"]",
+		func(v string) (int64, bool) {
+			m, err := strconv.ParseInt(v, 10, 64)
+			return m, err == nil && m >= 1 && m <= capacity
+		})
+}
+
+// perClient parses an object of client id → number, at most MaxWeights
+// entries, ids 1 to MaxWeightIDLen bytes, each value one that parse
+// accepts (want says which). Members are read in sorted order, so the
+// same bad one is reported every time. nil when absent or empty.
+func perClient[T any](p *fieldParser, field string, raw json.RawMessage, want string, parse func(string) (T, bool)) map[string]T {
 	if !p.present(field, raw, "an object", false) {
 		return nil
 	}
@@ -51,7 +107,7 @@ func (p *fieldParser) weights(field string, raw json.RawMessage) map[string]floa
 		p.fail(field, "at most "+strconv.Itoa(engine.MaxWeights)+" entries, got "+strconv.Itoa(len(names)))
 		return nil
 	}
-	out := make(map[string]float64, len(names))
+	out := make(map[string]T, len(names))
 	for _, id := range names {
 		if id == "" || len(id) > engine.MaxWeightIDLen {
 			p.fail(field, "client ids must be 1 to "+strconv.Itoa(engine.MaxWeightIDLen)+" bytes, got "+strconv.Itoa(len(id)))
@@ -62,12 +118,12 @@ func (p *fieldParser) weights(field string, raw json.RawMessage) map[string]floa
 			p.fail(field, strconv.Quote(id)+": must be a number, got "+k)
 			return nil
 		}
-		w, err := strconv.ParseFloat(string(v), 64)
-		if err != nil || math.IsNaN(w) || w < engine.MinWeight || w > engine.MaxWeight {
-			p.fail(field, strconv.Quote(id)+": must be a number in ["+strconv.FormatFloat(engine.MinWeight, 'g', -1, 64)+", "+strconv.Itoa(engine.MaxWeight)+"], got "+string(v))
+		x, ok := parse(string(v))
+		if !ok {
+			p.fail(field, strconv.Quote(id)+": must be "+want+", got "+string(v))
 			return nil
 		}
-		out[id] = w
+		out[id] = x
 	}
 	if len(out) == 0 {
 		return nil

@@ -79,3 +79,66 @@ func TestPolicyFieldsInherited(t *testing.T) {
 		t.Errorf("b: %+v", b)
 	}
 }
+
+func TestParseCaps(t *testing.T) {
+	// base's capacity is 100.
+	for _, tc := range []struct {
+		json     string
+		maxShare int64
+		caps     map[string]int64
+	}{
+		{`{` + base + `}`, 0, nil},
+		{withField(`"max_share": 10`), 10, nil},
+		{withField(`"max_share": 40, "caps": {"free": 1, "paid": 100}`), 40, map[string]int64{"free": 1, "paid": 100}},
+		{withField(`"caps": {}`), 0, nil},
+	} {
+		cfg, err := ParseConfig([]byte(tc.json))
+		if err != nil {
+			t.Errorf("%s: %v", tc.json, err)
+			continue
+		}
+		if e := cfg.Engine; e.MaxShare != tc.maxShare || len(e.Caps) != len(tc.caps) {
+			t.Errorf("%s: max_share %d caps %v", tc.json, e.MaxShare, e.Caps)
+		}
+		for id, m := range tc.caps {
+			if cfg.Engine.Caps[id] != m {
+				t.Errorf("%s: cap of %s = %d, want %d", tc.json, id, cfg.Engine.Caps[id], m)
+			}
+		}
+	}
+	for _, tc := range []struct{ json, want string }{
+		{withField(`"max_share": 0`), `max_share: must be an integer in [1, 100], got 0`},
+		{withField(`"max_share": 101`), `max_share: must be an integer in [1, 100], got 101`},
+		{withField(`"max_share": 1.5`), `max_share: must be an integer in [1, 100], got 1.5`},
+		{withField(`"caps": [1]`), `caps: must be an object, got an array`},
+		{withField(`"caps": {"free": 0}`), `caps: "free": must be an integer in [1, 100], got 0`},
+		{withField(`"caps": {"free": 2.5}`), `caps: "free": must be an integer in [1, 100], got 2.5`},
+		{withField(`"caps": {"b": 1, "a": null}`), `caps: "a": must be a number, got null`},
+		{withField(`"caps": {"": 2}`), `caps: client ids must be 1 to 256 bytes, got 0`},
+		{withField(`"cost": 5, "max_share": 4`), `max_share: must be at least cost (5), got 4`},
+		{withField(`"cost": 5, "caps": {"b": 9, "a": 3}`), `caps: "a": must be at least cost (5), got 3`},
+		{`{"limits": [{"name": "a", "capacity": 5, "cycle": "1s", "caps": {"x": 6}}]}`, `limits[0].caps: "x": must be an integer in [1, 5], got 6`},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%.80s: error %v, want %q", tc.json, err, tc.want)
+		}
+	}
+}
+
+// TestCapsInherited: a limit takes max_share and caps from the top level
+// unless it gives its own.
+func TestCapsInherited(t *testing.T) {
+	s, err := ParseSettings([]byte(`{"capacity": 10, "cycle": "1s", "max_share": 4, "caps": {"p": 2},
+		"limits": [{"name": "a", "match": {"path_prefix": "/a"}}, {"name": "b", "max_share": 6, "caps": {"q": 3}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.Limits[0].Engine, s.Limits[1].Engine
+	if a.MaxShare != 4 || a.Caps["p"] != 2 || len(a.Caps) != 1 {
+		t.Errorf("a: max_share %d caps %v", a.MaxShare, a.Caps)
+	}
+	if b.MaxShare != 6 || b.Caps["q"] != 3 || len(b.Caps) != 1 {
+		t.Errorf("b: max_share %d caps %v", b.MaxShare, b.Caps)
+	}
+}
