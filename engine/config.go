@@ -9,7 +9,10 @@ import (
 // counters, window indices) far from overflow.
 const (
 	MaxCapacity = 1 << 40
-	MaxCycle    = time.Hour
+	// MaxCycle is the longest window: a week, for quotas such as "10,000
+	// a day". What keeps a window's count is the shared data, which
+	// outlives configuration reloads but not an Envoy restart.
+	MaxCycle = 7 * 24 * time.Hour
 	// MinCycleLength is the shortest cycle: Envoy's timers and ticks run in
 	// milliseconds, so a shorter window could not be planned on time, and a
 	// whole window could pass between two readings of one request.
@@ -68,7 +71,7 @@ type Config struct {
 	// MinCycle is the shortest time between two plans of one window: a
 	// newcomer re-plans the rest of the window only MinCycle after the last
 	// plan, so a flood of new ids cannot keep re-planning everyone's share.
-	// In (0, Cycle].
+	// In (0, Cycle]; DefaultMinCycle by default.
 	MinCycle time.Duration
 	// Passthrough makes every decision admit, while still reporting what
 	// enforce mode would have done.
@@ -87,6 +90,16 @@ type Config struct {
 	Fleet *Fleet
 }
 
+// MaxDefaultMinCycle bounds the default MinCycle: a newcomer that waits
+// for a re-plan waits at most this long, even in a day-long window.
+const MaxDefaultMinCycle = time.Minute
+
+// DefaultMinCycle is MinCycle's default for a cycle: a tenth of it, at
+// most MaxDefaultMinCycle, at least 1ns.
+func DefaultMinCycle(cycle time.Duration) time.Duration {
+	return max(min(cycle/10, MaxDefaultMinCycle), 1)
+}
+
 // Defaults returns a Config with the documented defaults for the optional
 // fields.
 func Defaults(capacity int64, cycle time.Duration) Config {
@@ -96,7 +109,7 @@ func Defaults(capacity int64, cycle time.Duration) Config {
 		Reservation: 0.1,
 		MaxClients:  1000,
 		IdleCycles:  3,
-		MinCycle:    cycle / 10,
+		MinCycle:    DefaultMinCycle(cycle),
 		CASRetries:  64,
 		KeyPrefix:   "borrowcycle",
 	}

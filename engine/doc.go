@@ -25,7 +25,8 @@
 //     one, at the default share; so a flood of one-shot ids cannot dilute
 //     the known clients' shares. Beyond MaxClients, newcomers get
 //     ReasonTableFull and nobody is evicted. Clients idle for more than
-//     IdleCycles windows are forgotten (unproven ones after one).
+//     IdleCycles windows are forgotten (unproven ones after one, or after
+//     20 × MinCycle, whichever comes first: see retired).
 //
 // Each plan has an id, never reused, which Decision.Plan reports: the share
 // period the request was counted in.

@@ -435,8 +435,12 @@ func (l *Limiter) tooManyIDs(t int64) Decision {
 	return l.reject(t, ReasonTooManyIDs, retryAt{})
 }
 
+// tableFull: no room for a newcomer. When the table has room and only the
+// places of its home bucket were taken, its retry proves it and the next
+// re-plan counts it (see view.arrive).
 func (l *Limiter) tableFull(t int64) Decision {
-	return l.reject(t, ReasonTableFull, retryAt{})
+	p := &l.view.plan
+	return l.reject(t, ReasonTableFull, retryAt{room: int(p.n)+int(p.pending) < l.cfg.MaxClients})
 }
 
 func (l *Limiter) reject(t int64, reason Reason, at retryAt) Decision {

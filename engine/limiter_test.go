@@ -289,7 +289,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"capacity", func(c *Config) { c.Capacity = 0 }},
 		{"capacity", func(c *Config) { c.Capacity = MaxCapacity + 1 }},
 		{"cycle", func(c *Config) { c.Cycle = 0 }},
-		{"cycle", func(c *Config) { c.Cycle = 2 * time.Hour }},
+		{"cycle", func(c *Config) { c.Cycle = MaxCycle + time.Second }},
 		{"cycle", func(c *Config) { c.Cycle = time.Millisecond - 1 }},
 		{"window_offset", func(c *Config) { c.WindowOffset = -7 * time.Hour }},
 		{"window_offset", func(c *Config) { c.WindowOffset = c.Cycle }},

@@ -175,11 +175,14 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 }
 
 // retryAt is what a refusal knows of when more may come: when the
-// client's next unit accrues (Unix ns; 0: not in this window), and
-// whether the window's budget is spent, as far as the worker saw.
+// client's next unit accrues (Unix ns; 0: not in this window), whether
+// the window's budget is spent, as far as the worker saw, and, for
+// table_full, whether the table has room (the places a newcomer may take
+// in its home bucket were what was full).
 type retryAt struct {
 	accrues int64
 	spent   bool
+	room    bool
 }
 
 // retryAfter is how long a request refused for reason at t should wait
@@ -192,6 +195,8 @@ type retryAt struct {
 //     last one), or the window's end when the window's budget is spent,
 //     since a newcomer counted then gets nothing before it; a newcomer
 //     whose next unit is known (accrues) waits for that;
+//   - table_full with room in the table: until the next re-plan allowed,
+//     which counts a newcomer that asked again (its retry proves it);
 //   - table_full, too_many_ids: until the window's end, when the next plan
 //     forgets idle clients and every peer's ids start afresh;
 //   - contended: briefly, min_cycle at most: nothing was wrong but a race;
@@ -207,6 +212,10 @@ func retryAfter(reason Reason, p *plan, cfg *Config, t int64, at retryAt) time.D
 			return untilReplan(p, cfg, t)
 		}
 		return end
+	case ReasonTableFull:
+		if at.room {
+			return untilReplan(p, cfg, t)
+		}
 	case ReasonContended:
 		return min(cfg.MinCycle, max(end, time.Millisecond))
 	case ReasonStoreFailure:
@@ -329,8 +338,27 @@ func expired(e *entry, p *plan, cfg *Config) bool {
 	return p.window-e.active > idle
 }
 
-// counted is registered and not expired.
-func counted(e *entry, p *plan, cfg *Config) bool { return registered(e, p) && !expired(e, p, cfg) }
+// oneShotPlans is how many MinCycle a client that entered unproven and
+// has shown nothing since stays counted at most (see retired).
+const oneShotPlans = 20
+
+// retired reports whether a client that entered unproven (tries 1) and
+// has shown nothing since is no longer counted in p, though its window is
+// not over: p was published more than oneShotPlans × MinCycle after it
+// arrived. Re-plans promote at most one such id per MinCycle, so a flood
+// keeps at most about oneShotPlans of them counted at a time, in windows
+// of a day as of a second (expired bounds it by windows, which a long
+// window makes hours). A retired entry keeps its place until its window
+// ends, with what it was granted in it: if its client asks again, it is
+// proven (see view.arrive) and keeps to its share and cap in the window.
+func retired(e *entry, p *plan, cfg *Config) bool {
+	return e.tries == 1 && p.at-e.since > oneShotPlans*int64(cfg.MinCycle)
+}
+
+// counted is registered, and neither expired nor retired.
+func counted(e *entry, p *plan, cfg *Config) bool {
+	return registered(e, p) && !expired(e, p, cfg) && !retired(e, p, cfg)
+}
 
 // isNew reports whether e counts as demanding the default share in p: it
 // was registered by the plan that opened p's window or by a later one, so

@@ -679,7 +679,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			res = syncStale
 		case !registered(&e, p):
 			res = syncPending
-		case expired(&e, p, r.cfg):
+		case expired(&e, p, r.cfg) || retired(&e, p, r.cfg):
 			res = syncGone
 		case e.plan < p.id:
 			rebase(&e, p, r.pol, r.cfg)
@@ -936,6 +936,10 @@ func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
 		err = r.prove(entry{hash: h, since: t, window: k, active: k, tries: 1, prev: float64(cost)}, t, 0)
 	case found && !registered(&e, &r.plan):
 		// Proven already, waiting for the next re-plan.
+	case found && retired(&e, &r.plan, r.cfg) && !expired(&e, &r.plan, r.cfg):
+		// A one-shot id no longer counted, asking again: proven, with what
+		// it was granted in the window.
+		err = r.prove(e, t, 0)
 	default: // new, or returning after expiry
 		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerNew); step == stepTableFull {
 			r.markRead(h)
@@ -1148,11 +1152,11 @@ func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
 		for i := range bkt.entries {
 			x := &bkt.entries[i]
 			if x.hash == e.hash {
-				if !free(x, &r.plan, r.cfg) && (e.tries < 2 || !waitingUnproven(x)) {
+				if !free(x, &r.plan, r.cfg) && (e.tries < 2 || !waitingUnproven(x) && !retired(x, &r.plan, r.cfg)) {
 					placed = true // there already, counted or waiting
 					return false, nil
 				}
-				at, own = i, true // its own entry: a returning client, or a newcomer proven
+				at, own = i, true // its own entry: a returning client, or a newcomer (or retired one-shot id) proven
 				break
 			}
 			if at < 0 && free(x, &r.plan, r.cfg) {

@@ -226,7 +226,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
 	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
 	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
-	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, max(cycle/10, 1), 0, cycle, false)
+	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, ec.MinCycle, 0, cycle, false)
 	cfg.Engine.WindowOffset = p.windowOffset("window_offset", raw.WindowOffset, cycle)
 	cfg.RetryAfterJitter = p.delay("retry_after_jitter", raw.RetryAfterJitter, cycle)
 	cfg.MaxWait = p.delay("max_wait", raw.MaxWait, min(cycle, maxMaxWait))

@@ -64,8 +64,13 @@ func TestParseConfigBoundsAccepted(t *testing.T) {
 			t.Errorf("%s: %v", field, err)
 		}
 	}
-	if cfg, err := ParseConfig([]byte(`{"capacity": 1099511627776, "cycle": "1h"}`)); err != nil || cfg.Engine.MinCycle != 6*time.Minute {
+	// A long cycle's min_cycle is a minute at most: newcomers that wait
+	// for a re-plan wait no longer.
+	if cfg, err := ParseConfig([]byte(`{"capacity": 1099511627776, "cycle": "168h"}`)); err != nil || cfg.Engine.MinCycle != time.Minute {
 		t.Errorf("largest capacity and cycle: %+v, %v", cfg.Engine, err)
+	}
+	if cfg, err := ParseConfig([]byte(`{"capacity": 10, "cycle": "5m"}`)); err != nil || cfg.Engine.MinCycle != 30*time.Second {
+		t.Errorf("5m cycle: min_cycle %v, %v", cfg.Engine.MinCycle, err)
 	}
 	// The shortest cycle gets a tenth of it as min_cycle.
 	if cfg, err := ParseConfig([]byte(`{"capacity": 1, "cycle": "1ms"}`)); err != nil || cfg.Engine.MinCycle != 100*time.Microsecond {
@@ -108,11 +113,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"capacity": 1, "cycle": 10}`, `cycle: must be a string, got a number`},
 		{`{"capacity": 1, "cycle": "abc"}`, `cycle: invalid duration "abc"`},
 		{`{"capacity": 1, "cycle": "10"}`, `cycle: invalid duration "10"`},
-		{`{"capacity": 1, "cycle": "0s"}`, `cycle: must be in [1ms, 1h0m0s], got 0s`},
-		{`{"capacity": 1, "cycle": "-1s"}`, `cycle: must be in [1ms, 1h0m0s], got -1s`},
-		{`{"capacity": 1, "cycle": "999µs"}`, `cycle: must be in [1ms, 1h0m0s], got 999µs`},
-		{`{"capacity": 1, "cycle": "200ns"}`, `cycle: must be in [1ms, 1h0m0s], got 200ns`},
-		{`{"capacity": 1, "cycle": "1h0m1s"}`, `cycle: must be in [1ms, 1h0m0s], got 1h0m1s`},
+		{`{"capacity": 1, "cycle": "0s"}`, `cycle: must be in [1ms, 168h0m0s], got 0s`},
+		{`{"capacity": 1, "cycle": "-1s"}`, `cycle: must be in [1ms, 168h0m0s], got -1s`},
+		{`{"capacity": 1, "cycle": "999µs"}`, `cycle: must be in [1ms, 168h0m0s], got 999µs`},
+		{`{"capacity": 1, "cycle": "200ns"}`, `cycle: must be in [1ms, 168h0m0s], got 200ns`},
+		{`{"capacity": 1, "cycle": "168h0m1s"}`, `cycle: must be in [1ms, 168h0m0s], got 168h0m1s`},
 		// The others, each alone on a valid base.
 		{withField(`"reservation": -0.1`), `reservation: must be a number in [0, 1], got -0.1`},
 		{withField(`"reservation": 1.01`), `reservation: must be a number in [0, 1], got 1.01`},

@@ -38,7 +38,7 @@ func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
 		{`{"capacity": "10", "cycle": "10s"}`, "capacity"},
 		{`{"capacity": 10}`, "cycle"},
 		{`{"capacity": 10, "cycle": "abc"}`, "cycle"},
-		{`{"capacity": 10, "cycle": "2h"}`, "cycle"},
+		{`{"capacity": 10, "cycle": "169h"}`, "cycle"},
 		{`{"capacity": 10, "cycle": "10s", "reservation": 1.5}`, "reservation"},
 		{`{"capacity": 10, "cycle": "10s", "client_header": "x client"}`, "client_header"},
 		{`{"capacity": 10, "cycle": "10s", "client_header": "x-a", "client_id": {"from": "header"}}`, "client_id"},
