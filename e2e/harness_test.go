@@ -246,7 +246,7 @@ func (tg *target) checkNoCrash(t *testing.T) {
 	}
 	for _, name := range []string{
 		"wasm.borrowcycle.vm_reload",
-		"wasmcustom.borrowcycle." + tg.settings.Name + ".panics",
+		"wasmcustom.borrowcycle." + filter.MetricsName(tg.settings.Name, tg.settings.EngineWindows()[0]) + ".panics",
 	} {
 		if v, ok := st[name]; !ok {
 			t.Errorf("stat %s missing", name)

@@ -209,3 +209,49 @@ func TestCapHoldsWhenCapacityIdles(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundTakesNothing: a request admitted and then refunded (another
+// limit refused it) takes nothing: the client still gets its whole share
+// of admissions that pass, and a refunded unit left unused goes back to
+// the window's budget at the tick, for another worker's client.
+func TestRefundTakesNothing(t *testing.T) {
+	cfg := Static{}
+	c := Defaults(10, 10*time.Second)
+	c.Policy = cfg
+	store := NewMemStore()
+	w1, w2 := newLimiter(t, c, store), newLimiter(t, c, store)
+	if err := w1.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	passed := 0
+	at := t0.Add(time.Second)
+	for i := 0; i < 40; i++ {
+		d := w1.AdmitAt(at, "a")
+		switch {
+		case d.Allowed && i%2 == 0:
+			w1.Refund("a", 1) // refused by another limit
+		case d.Allowed:
+			passed++
+		}
+		at = at.Add(time.Millisecond)
+	}
+	if passed != 5 {
+		t.Errorf("a passed %d requests, want its whole share 5 though half its admissions were refunded", passed)
+	}
+	// One refunded unit left unused on w1 returns to the budget with the
+	// lease, at the first tick that finds the lease unused since the last:
+	// then b's share of 5 is all on w2.
+	w1.AdmitAt(at, "b")
+	w1.Refund("b", 1)
+	w1.TickAt(at.Add(time.Second / 2))
+	w1.TickAt(at.Add(time.Second))
+	got := 0
+	for i := 0; i < 10; i++ {
+		if w2.AdmitAt(at.Add(time.Second+time.Duration(i)*time.Millisecond), "b").Allowed {
+			got++
+		}
+	}
+	if got != 5 {
+		t.Errorf("b admitted %d on the other worker after its refunded unit was handed back, want 5", got)
+	}
+}

@@ -153,6 +153,21 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	return l.admitUnknown(t, h, cost)
 }
 
+// Refund gives back the cost units of a request this Limiter admitted
+// (Reason OK) that must not pass after all: another limit it had to pass
+// refused it, and a refused request takes nothing. Call it in the same
+// callback as the admission. The units go back to this worker's lease for
+// the client, for its next request in the window, and are handed back to
+// the window's budget with the rest of the lease if unused; the attempt
+// still counts as demand. Nothing happens when the client's state is of
+// another window.
+func (l *Limiter) Refund(client string, cost int64) {
+	if cs := l.view.clients[clientHash(client)]; cs != nil && cs.window == l.view.plan.window {
+		cs.lease += max(cost, 1)
+		cs.exhausted = false
+	}
+}
+
 // FleetCallAt is the fleet step of a tick, to run on every worker in fleet
 // mode (fleet.go; docs/design.md, "Fleet mode"): it writes this worker's
 // unserved demand, keeps or takes over the syncer election, and, on the

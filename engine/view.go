@@ -679,7 +679,9 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			res = syncStale
 		case !registered(&e, p):
 			res = syncPending
-		case expired(&e, p, r.cfg) || retired(&e, p, r.cfg):
+		case expired(&e, p, r.cfg) || retired(&e, p, r.cfg) && cs.unflushed == 0:
+			// (A one-shot id this worker has seen ask again is proven
+			// below, by the demand it writes, rather than retired.)
 			res = syncGone
 		case e.plan < p.id:
 			rebase(&e, p, r.pol, r.cfg)

@@ -62,7 +62,12 @@ type Config struct {
 	// Unlimited marks a rule that lets the requests it matches pass
 	// unlimited (a health check, say); it has only Name and Match.
 	Unlimited bool
-	Engine    engine.Config
+	// Engine is the limit's engine configuration; with several windows,
+	// the shortest one's (its cycle sets the tick and the duration bounds).
+	Engine engine.Config
+	// Windows are the limit's windows, longest first, when it has several
+	// (windows.go); nil for one window.
+	Windows []Window
 	// FleetCluster is the Envoy cluster of Gubernator's HTTP gateway in
 	// fleet mode (Engine.Fleet set; fleet.go), empty otherwise.
 	FleetCluster string
@@ -92,6 +97,7 @@ func (s *Settings) Primary() int {
 type rawConfig struct {
 	Capacity         json.RawMessage `json:"capacity"`
 	Cycle            json.RawMessage `json:"cycle"`
+	Windows          json.RawMessage `json:"windows"`
 	Reservation      json.RawMessage `json:"reservation"`
 	ClientHeader     json.RawMessage `json:"client_header"`
 	ClientID         json.RawMessage `json:"client_id"`
@@ -210,8 +216,25 @@ func ParseConfig(data []byte) (Config, error) {
 // parseLimit parses one limit from raw, whose fields are the limit's own or
 // inherited (p.label says which name an error gives the field).
 func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
-	capacity := p.integer("capacity", raw.Capacity, 0, 1, engine.MaxCapacity, true)
-	cycle := p.duration("cycle", raw.Cycle, 0, engine.MinCycleLength, engine.MaxCycle, true)
+	var spans []windowSpan
+	if raw.Windows != nil {
+		for _, f := range []string{"capacity", "cycle"} {
+			if given(raw, f) {
+				return Config{}, fieldError(p.label(f), "not allowed with windows: each window gives its own capacity and cycle")
+			}
+		}
+		if spans = p.windows("windows", raw.Windows); p.err != nil {
+			return Config{}, p.err
+		}
+	}
+	var capacity int64
+	var cycle time.Duration
+	if spans != nil {
+		capacity, cycle = spans[len(spans)-1].capacity, spans[len(spans)-1].cycle // the shortest window
+	} else {
+		capacity = p.integer("capacity", raw.Capacity, 0, 1, engine.MaxCapacity, true)
+		cycle = p.duration("cycle", raw.Cycle, 0, engine.MinCycleLength, engine.MaxCycle, true)
+	}
 	if p.err != nil {
 		return Config{}, p.err
 	}
@@ -260,6 +283,11 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	cfg.Engine.KeyPrefix = "borrowcycle/" + cfg.Name
 	if err := cfg.Engine.Validate(); err != nil {
 		return Config{}, fromEngineError(err, p.label)
+	}
+	if spans != nil {
+		if err := expandWindows(&cfg, spans, raw.MinCycle != nil, p.label); err != nil {
+			return Config{}, err
+		}
 	}
 	return cfg, nil
 }
@@ -347,6 +375,8 @@ func (r *rawConfig) field(name string) *json.RawMessage {
 		return &r.Capacity
 	case "cycle":
 		return &r.Cycle
+	case "windows":
+		return &r.Windows
 	case "reservation":
 		return &r.Reservation
 	case "client_header":

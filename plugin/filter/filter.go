@@ -29,12 +29,12 @@ type Filter struct {
 	log                  accessLog
 }
 
-// limit is one configured limit at run time; an unlimited rule has no
-// limiter.
+// limit is one configured limit at run time: a limiter per window, longest
+// first (one for a limit of one window); an unlimited rule has none.
 type limit struct {
-	cfg     *Config
-	limiter *engine.Limiter
-	resp    responder
+	cfg      *Config
+	limiters []*engine.Limiter
+	resp     responder
 }
 
 // Outcome is the filter's verdict on one request.
@@ -44,6 +44,13 @@ type Outcome struct {
 	// unlimited and Decision is the zero value.
 	Limit    int
 	Decision engine.Decision
+	// Window is the index, in the limit's EngineWindows, of the window
+	// whose decision Decision is: the one that refused the request, or of
+	// those that admitted it the one with the fewest units left. Shares
+	// are the client's share in each window that decided the request (0:
+	// not decided, after an earlier window refused it).
+	Window int
+	Shares [MaxWindows]int64
 	// Client is the id the limit counted; empty for an anonymous request.
 	Client string
 	// Waited is how long the request was held before this decision, and
@@ -56,8 +63,9 @@ type Outcome struct {
 func (o *Outcome) Matched() bool { return o.Limit >= 0 }
 
 // New builds the filter of valid settings over store, the state all
-// workers share. obs returns the observer of the i-th limit; it may be nil.
-func New(set Settings, store engine.Store, clock engine.Clock, obs func(i int) engine.Observer) (*Filter, error) {
+// workers share. obs returns the observer of the i-th limit's w-th window
+// (in EngineWindows); it may be nil.
+func New(set Settings, store engine.Store, clock engine.Clock, obs func(i, w int) engine.Observer) (*Filter, error) {
 	f := &Filter{set: set, clock: clock, limits: make([]limit, len(set.Limits))}
 	for i := range set.Limits {
 		cfg := &f.set.Limits[i]
@@ -67,17 +75,21 @@ func New(set Settings, store engine.Store, clock engine.Clock, obs func(i int) e
 			f.limits[i] = limit{cfg: cfg}
 			continue
 		}
-		opts := []engine.Option{engine.WithClock(clock)}
-		if obs != nil {
-			if o := obs(i); o != nil {
-				opts = append(opts, engine.WithObserver(o))
+		l := limit{cfg: cfg, resp: newResponder(cfg)}
+		for w, win := range cfg.EngineWindows() {
+			opts := []engine.Option{engine.WithClock(clock)}
+			if obs != nil {
+				if o := obs(i, w); o != nil {
+					opts = append(opts, engine.WithObserver(o))
+				}
 			}
+			lim, err := engine.New(win.Engine, store, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("limit %q: %w", cfg.Name, err)
+			}
+			l.limiters = append(l.limiters, lim)
 		}
-		l, err := engine.New(cfg.Engine, store, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("limit %q: %w", cfg.Name, err)
-		}
-		f.limits[i] = limit{cfg: cfg, limiter: l, resp: newResponder(cfg)}
+		f.limits[i] = l
 	}
 	f.log = newAccessLog(f.set.Limits)
 	return f, nil
@@ -114,21 +126,55 @@ func (f *Filter) Match(req Request) int {
 // ambiguous_id.
 func (f *Filter) Decide(req Request) Outcome {
 	i := f.Match(req)
-	if i < 0 || f.limits[i].limiter == nil {
+	if i < 0 || f.limits[i].limiters == nil {
 		return Outcome{Limit: -1}
 	}
 	l := &f.limits[i]
 	id, verdict := RequestClientID(&l.cfg.ClientID, req, l.cfg.MaxClientIDBytes)
-	var d engine.Decision
-	if l.cfg.Engine.MaxIDsPerPeer > 0 && id != "" {
-		d = l.limiter.AdmitFromAt(f.clock.Now(), RequestPeer(&l.cfg.Peer, req, l.cfg.MaxClientIDBytes), id, l.cfg.Cost)
-	} else {
-		d = l.limiter.AdmitNAt(f.clock.Now(), id, l.cfg.Cost)
+	peer, bound := "", l.cfg.Engine.MaxIDsPerPeer > 0 && id != ""
+	if bound {
+		peer = RequestPeer(&l.cfg.Peer, req, l.cfg.MaxClientIDBytes)
 	}
+	o := l.decide(f.clock.Now(), peer, bound, id)
+	o.Limit = i
 	if verdict == IDAmbiguous {
-		d.Reason = engine.ReasonAmbiguousID
+		o.Decision.Reason = engine.ReasonAmbiguousID
 	}
-	return Outcome{Limit: i, Decision: d, Client: id}
+	return o
+}
+
+// decide admits or refuses one request of client id (counted per peer when
+// bound) in every window of the limit, longest first: the first window
+// that refuses it decides, and the windows before it that admitted it
+// give their units back (Limiter.Refund), so that a refused request takes
+// nothing from any window. Longest first, so that a request both a day
+// and a second would refuse is told the day's end.
+func (l *limit) decide(now time.Time, peer string, bound bool, id string) Outcome {
+	o := Outcome{Client: id}
+	var granted [MaxWindows]bool // the window's units were taken (not a fail-open admission)
+	for w, lim := range l.limiters {
+		var d engine.Decision
+		if bound {
+			d = lim.AdmitFromAt(now, peer, id, l.cfg.Cost)
+		} else {
+			d = lim.AdmitNAt(now, id, l.cfg.Cost)
+		}
+		o.Shares[w] = d.Limit
+		if !d.Allowed || d.WouldReject {
+			for k := range w {
+				if granted[k] {
+					l.limiters[k].Refund(id, l.cfg.Cost)
+				}
+			}
+			o.Decision, o.Window = d, w
+			return o
+		}
+		granted[w] = d.Reason == engine.ReasonOK
+		if w == 0 || d.Remaining < o.Decision.Remaining {
+			o.Decision, o.Window = d, w
+		}
+	}
+	return o
 }
 
 // RequestClientID reads the id of spec's source from req: the id, or the
@@ -189,16 +235,14 @@ func (f *Filter) AccessLog(o Outcome) []byte { return f.log.record(o) }
 // Tick rolls every limit's cycle over when due and hands back unused
 // leases; it reports the number of clients each limit's shared table holds
 // through active.
-func (f *Filter) Tick(active func(i, clients int)) {
+func (f *Filter) Tick(active func(i, w, clients int)) {
 	now := f.clock.Now()
 	for i := range f.limits {
-		l := f.limits[i].limiter
-		if l == nil {
-			continue
-		}
-		l.TickAt(now)
-		if active != nil {
-			active(i, l.ActiveClients())
+		for w, l := range f.limits[i].limiters {
+			l.TickAt(now)
+			if active != nil {
+				active(i, w, l.ActiveClients())
+			}
 		}
 	}
 }
@@ -245,10 +289,14 @@ func limitSummary(c *Config) string {
 		mode = "passthrough"
 	}
 	e := &c.Engine
-	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %d per %s, reservation %g, client id from %s, mode %s, "+
+	var spans []string
+	for _, w := range c.EngineWindows() {
+		spans = append(spans, fmt.Sprintf("%d per %s", w.Engine.Capacity, w.Engine.Cycle))
+	}
+	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %s, reservation %g, client id from %s, mode %s, "+
 		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, retry_after_jitter %s, max_wait %s (max_waiting %d), failure_mode_deny %t, headers %s (on allowed: %t), "+
 		"status %d, max_client_id_bytes %d, debug_headers %t, access_log %t, log_client_id %t",
-		c.Name, c.Match.String(), c.Cost, e.Capacity, e.Cycle, e.Reservation, c.ClientID.String(), mode,
+		c.Name, c.Match.String(), c.Cost, strings.Join(spans, " and "), e.Reservation, c.ClientID.String(), mode,
 		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, c.RetryAfterJitter, c.MaxWait, c.MaxWaiting, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
 		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.AccessLog, c.LogClientID)
 }

@@ -130,10 +130,10 @@ func (f *Filter) FleetCalls(dst []FleetCall) []FleetCall {
 	now := f.clock.Now()
 	for i := range f.limits {
 		l := &f.limits[i]
-		if l.limiter == nil || l.cfg.Engine.Fleet == nil {
+		if l.limiters == nil || l.cfg.Engine.Fleet == nil {
 			continue
 		}
-		if call, ok := l.limiter.FleetCallAt(now); ok {
+		if call, ok := l.limiters[0].FleetCallAt(now); ok { // a fleet limit has one window
 			dst = append(dst, FleetCall{
 				Limit: i, Cluster: l.cfg.FleetCluster, Timeout: l.cfg.Engine.Fleet.Timeout,
 				Body: appendLeaseRequest(nil, call), call: call,
@@ -157,7 +157,7 @@ func (f *Filter) FleetDone(c *FleetCall, status int, body []byte, err error) eng
 			replies, err = ParseLeaseReplies(body, len(c.call.Hits))
 		}
 	}
-	return f.limits[c.Limit].limiter.FleetDoneAt(f.clock.Now(), c.call, replies, err)
+	return f.limits[c.Limit].limiters[0].FleetDoneAt(f.clock.Now(), c.call, replies, err)
 }
 
 // appendLeaseRequest is the GetRateLimits request of call, in JSON.

@@ -170,12 +170,17 @@ func parseElement(own, top *rawConfig, at string) (Config, error) {
 
 // inherit is own with every field it does not give taken from top.
 // client_header and client_id are two spellings of one setting: a limit
-// that gives either takes neither from the top level.
+// that gives either takes neither from the top level. Likewise windows
+// and capacity or cycle: a limit that gives windows takes no capacity or
+// cycle, and one that gives either takes no windows.
 func inherit(own, top *rawConfig) rawConfig {
 	merged := *own
 	ownsID := own.ClientHeader != nil || own.ClientID != nil
+	ownsWindows := own.Windows != nil
+	ownsSpan := own.Capacity != nil || own.Cycle != nil
 	for _, name := range inheritedFields {
-		if ownsID && (name == "client_header" || name == "client_id") {
+		if ownsID && (name == "client_header" || name == "client_id") ||
+			ownsWindows && (name == "capacity" || name == "cycle") || ownsSpan && name == "windows" {
 			continue
 		}
 		if dst := merged.field(name); *dst == nil {
@@ -188,7 +193,7 @@ func inherit(own, top *rawConfig) rawConfig {
 // inheritedFields are the fields a limit takes from the top level when it
 // does not give them.
 var inheritedFields = []string{
-	"capacity", "cycle", "reservation", "client_header", "client_id", "max_ids_per_peer", "peer", "mode", "max_clients", "idle_cycles",
+	"capacity", "cycle", "windows", "reservation", "client_header", "client_id", "max_ids_per_peer", "peer", "mode", "max_clients", "idle_cycles",
 	"min_cycle", "window_offset", "retry_after_jitter", "max_wait", "max_waiting", "failure_mode_deny", "rate_limit_headers", "headers_on_allowed", "status_code",
 	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "max_share", "caps", "fleet",
 }

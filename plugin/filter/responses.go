@@ -50,37 +50,53 @@ type Reply struct {
 // out of the guest during the call that receives them; so a plan is valid
 // until the next one.
 type responder struct {
-	status     uint32
-	style      HeaderStyle
-	onAllowed  bool // rate-limit headers on admitted responses
-	debug      bool
-	bodies     [][]byte // by engine.Reason
-	policyHead string   // `"<name>";q=`
-	policyTail string   // `;w=<cycle seconds>`
-	limitHead  string   // `"<name>";r=`
-	headers    [][2]string
-	buf        []byte // the values formatted for the current plan
-	jitter     time.Duration
-	rand       func(n int64) int64 // uniform in [0, n): rand.Int64N, or a test's
+	status    uint32
+	style     HeaderStyle
+	onAllowed bool // rate-limit headers on admitted responses
+	debug     bool
+	bodies    [][]byte     // by engine.Reason
+	policies  []ietfPolicy // by window, longest first (EngineWindows)
+	headers   [][2]string
+	buf       []byte // the values formatted for the current plan
+	jitter    time.Duration
+	rand      func(n int64) int64 // uniform in [0, n): rand.Int64N, or a test's
+}
+
+// ietfPolicy is one window's policy in the IETF headers: its name is the
+// limit's, with the window's label after a "/" when it has several.
+type ietfPolicy struct {
+	head string // `"<name>";q=`
+	tail string // `;w=<cycle seconds>`
+	rate string // `"<name>";r=`
 }
 
 func newResponder(cfg *Config) responder {
 	r := responder{
-		status:     cfg.StatusCode,
-		style:      cfg.RateLimitHeaders,
-		onAllowed:  cfg.HeadersOnAllowed && cfg.RateLimitHeaders != StyleNone,
-		debug:      cfg.DebugHeaders,
-		bodies:     make([][]byte, len(engine.Reasons())),
-		policyHead: strconv.Quote(cfg.Name) + ";q=",
-		policyTail: ";w=" + strconv.FormatInt(ceilSeconds(cfg.Engine.Cycle), 10),
-		limitHead:  strconv.Quote(cfg.Name) + ";r=",
-		headers:    make([][2]string, 0, 10),
-		jitter:     cfg.RetryAfterJitter,
-		rand:       rand.Int64N,
-		// Room for every value of one plan: two ietf headers with the
-		// quoted name and three 20-digit numbers, so it never grows.
-		buf: make([]byte, 0, 2*(len(cfg.Name)+len(";q=;w=\"\""))+3*20+64),
+		status:    cfg.StatusCode,
+		style:     cfg.RateLimitHeaders,
+		onAllowed: cfg.HeadersOnAllowed && cfg.RateLimitHeaders != StyleNone,
+		debug:     cfg.DebugHeaders,
+		bodies:    make([][]byte, len(engine.Reasons())),
+		headers:   make([][2]string, 0, 10),
+		jitter:    cfg.RetryAfterJitter,
+		rand:      rand.Int64N,
 	}
+	room := 3*20 + 64
+	for _, w := range cfg.EngineWindows() {
+		name := cfg.Name
+		if w.Label != "" {
+			name += "/" + w.Label
+		}
+		p := ietfPolicy{
+			head: strconv.Quote(name) + ";q=",
+			tail: ";w=" + strconv.FormatInt(ceilSeconds(w.Engine.Cycle), 10),
+			rate: strconv.Quote(name) + ";r=",
+		}
+		r.policies = append(r.policies, p)
+		room += len(p.head) + len(p.tail) + len(p.rate) + 2 + 20
+	}
+	// Room for every value of one plan, so that the buffer never grows.
+	r.buf = make([]byte, 0, room)
 	// Each body ends in a newline, so it reads as one line in a terminal.
 	for reason, body := range rejectionBodies {
 		r.bodies[reason] = []byte(body + "\n")
@@ -106,7 +122,7 @@ func (r *responder) reply(o Outcome) Reply {
 		h = append(h,
 			[2]string{hdrRateLimited, "true"},
 			[2]string{hdrRetryAfter, r.int(secs)})
-		h = r.appendRateLimit(h, d, secs)
+		h = r.appendRateLimit(h, o, secs)
 	}
 	h = r.appendDebug(h, o)
 	r.headers = h
@@ -121,7 +137,7 @@ func (r *responder) responseHeaders(o Outcome) [][2]string {
 	r.buf = r.buf[:0]
 	h := r.headers[:0]
 	if r.onAllowed && reportsShare(d) {
-		h = r.appendRateLimit(h, d, ceilSeconds(d.Reset))
+		h = r.appendRateLimit(h, o, ceilSeconds(d.Reset))
 	}
 	h = r.appendDebug(h, o)
 	r.headers = h
@@ -159,11 +175,14 @@ func unidentified(r engine.Reason) bool {
 	return r == engine.ReasonAnonymous || r == engine.ReasonAmbiguousID
 }
 
-// appendRateLimit appends the rate-limit headers of the configured style;
-// their reset is in whole seconds: the window's end on an admitted
-// request, the retry-after itself on a refused one (so the two never
-// differ, even where a wait under a second rounds up to one).
-func (r *responder) appendRateLimit(h [][2]string, d engine.Decision, reset int64) [][2]string {
+// appendRateLimit appends the rate-limit headers of the configured style,
+// for the window whose decision o reports (the binding one); their reset
+// is in whole seconds: the window's end on an admitted request, the
+// retry-after itself on a refused one (so the two never differ, even where
+// a wait under a second rounds up to one). The IETF policy header lists
+// the policy of every window that decided the request.
+func (r *responder) appendRateLimit(h [][2]string, o Outcome, reset int64) [][2]string {
+	d := o.Decision
 	switch r.style {
 	case StyleXRateLimit:
 		return append(h,
@@ -171,11 +190,24 @@ func (r *responder) appendRateLimit(h [][2]string, d engine.Decision, reset int6
 			[2]string{hdrRemaining, r.int(d.Remaining)},
 			[2]string{hdrReset, r.int(reset)})
 	case StyleIETF:
+		decided := len(r.policies)
+		if !d.Allowed || d.WouldReject {
+			decided = o.Window + 1 // the windows after it did not decide
+		}
 		start := len(r.buf)
-		r.buf = append(strconv.AppendInt(append(r.buf, r.policyHead...), d.Limit, 10), r.policyTail...)
+		for w := range decided {
+			q := o.Shares[w]
+			if w == o.Window {
+				q = d.Limit
+			}
+			if w > 0 {
+				r.buf = append(r.buf, ", "...)
+			}
+			r.buf = append(strconv.AppendInt(append(r.buf, r.policies[w].head...), q, 10), r.policies[w].tail...)
+		}
 		policy := r.since(start)
 		start = len(r.buf)
-		r.buf = strconv.AppendInt(append(strconv.AppendInt(append(r.buf, r.limitHead...), d.Remaining, 10), ";t="...), reset, 10)
+		r.buf = strconv.AppendInt(append(strconv.AppendInt(append(r.buf, r.policies[o.Window].rate...), d.Remaining, 10), ";t="...), reset, 10)
 		return append(h, [2]string{hdrPolicy, policy}, [2]string{hdrRateLimit, r.since(start)})
 	}
 	return h

@@ -67,7 +67,7 @@ func (f *Filter) Now() time.Time { return f.clock.Now() }
 // decided it first (a peer's id was counted then), at its cost. waited and
 // promised are carried to the new outcome.
 func (f *Filter) Redecide(o Outcome, waited time.Duration) Outcome {
-	l := &f.limits[o.Limit]
-	d := l.limiter.AdmitNAt(f.clock.Now(), o.Client, l.cfg.Cost)
-	return Outcome{Limit: o.Limit, Decision: d, Client: o.Client, Waited: waited, Promised: o.Promised}
+	next := f.limits[o.Limit].decide(f.clock.Now(), "", false, o.Client)
+	next.Limit, next.Waited, next.Promised = o.Limit, waited, o.Promised
+	return next
 }

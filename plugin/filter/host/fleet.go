@@ -65,7 +65,7 @@ func (p *pluginContext) dispatch(c filter.FleetCall) {
 			}
 			p.fleetDone(&c, status, body, nil)
 		})
-	p.limits[c.Limit].fleet.callouts.pending++ // every attempt, so failures never outnumber callouts
+	p.limits[c.Limit][0].fleet.callouts.pending++ // every attempt, so failures never outnumber callouts
 	if err != nil {
 		// Logged every time, not once per episode: a refused dispatch is a
 		// configuration error (a cluster Envoy does not know), not an outage.
@@ -101,7 +101,7 @@ func calloutAnswer(bodySize int) (int, []byte) {
 // of a fallback episode (once each, on the syncer that saw it).
 func (p *pluginContext) fleetDone(c *filter.FleetCall, status int, body []byte, err error) {
 	ev := p.filter.FleetDone(c, status, body, err)
-	fc := p.limits[c.Limit].fleet
+	fc := p.limits[c.Limit][0].fleet
 	cfg := &p.filter.Settings().Limits[c.Limit]
 	if ev.Failed {
 		fc.failures.pending++

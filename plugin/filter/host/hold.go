@@ -135,12 +135,12 @@ func (p *pluginContext) serve(w *held, now time.Time, final bool) (done bool) {
 	if more, ok := p.filter.Hold(o, max(waited, ticked)); ok && !final {
 		// Another request took the unit: held again, in arrival order,
 		// with the new promise.
-		w.o.Decision, w.due = o.Decision, now.Add(more)
+		w.o.Decision, w.o.Window, w.o.Shares, w.due = o.Decision, o.Window, o.Shares, now.Add(more)
 		w.o.Promised = w.due.Sub(w.since)
 		return false
 	}
 	p.letGo(w)
-	m := p.limits[o.Limit]
+	m := p.limits[o.Limit][o.Window]
 	m.count(o.Decision)
 	if o.Decision.Allowed {
 		m.delayed(waited)
@@ -168,7 +168,7 @@ func (p *pluginContext) OnPluginDone() bool {
 // was never decided for good.
 func (h *httpContext) OnHttpStreamDone() {
 	if w := h.held; w != nil {
-		h.plugin.limits[w.o.Limit].abandoned.pending++
+		h.plugin.limits[w.o.Limit][w.o.Window].abandoned.pending++
 		h.plugin.letGo(w)
 	}
 }

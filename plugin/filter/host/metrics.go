@@ -55,7 +55,7 @@ type counter struct {
 	pending uint64
 }
 
-// defineMetrics defines every metric of the limit name. The SDK's Define*
+// defineMetrics defines every metric of the limit name (filter.MetricsName). The SDK's Define*
 // functions panic on a host error; OnPluginStart's guard turns that into a
 // failed start.
 func defineMetrics(name string) *metrics {

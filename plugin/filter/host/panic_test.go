@@ -44,7 +44,7 @@ func TestPanicIsRecoveredAndAppliesFailureMode(t *testing.T) {
 				t.Fatalf("start failed: %q", emu.GetErrorLogs())
 			}
 			p := vm.plugin
-			f, err := filter.New(*p.filter.Settings(), panickingStore{}, engine.SystemClock{}, func(int) engine.Observer { return &observer{m: p.metrics} })
+			f, err := filter.New(*p.filter.Settings(), panickingStore{}, engine.SystemClock{}, func(int, int) engine.Observer { return &observer{m: p.metrics} })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -88,11 +88,11 @@ type pluginContext struct {
 	vm     *vmContext
 	id     uint32 // the plugin context's id, the tick's effective context
 	filter *filter.Filter
-	// metrics are the primary limit's: they also count the plugin's panics,
-	// which belong to no one limit. limits holds every limit's, by index
-	// (nil for unlimited rules).
+	// metrics are the primary limit's (its first window's): they also
+	// count the plugin's panics, which belong to no one limit. limits
+	// holds every limit's, by index and window (nil for unlimited rules).
 	metrics   *metrics
-	limits    []*metrics
+	limits    [][]*metrics
 	unmatched *counter
 	replier   replier
 	// fleetCalls is reused by every tick's fleet step (fleet.go).
@@ -129,26 +129,29 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 
 // start builds the filter for a valid configuration.
 func (p *pluginContext) start(set filter.Settings) error {
-	ms := make([]*metrics, len(set.Limits)) // nil for unlimited rules
+	ms := make([][]*metrics, len(set.Limits)) // nil for unlimited rules
 	for i := range set.Limits {
-		if set.Limits[i].Unlimited {
+		c := &set.Limits[i]
+		if c.Unlimited {
 			continue
 		}
-		ms[i] = p.vm.metricsFor(set.Limits[i].Name)
-		if set.Limits[i].Engine.Fleet != nil {
-			ms[i].defineFleet(set.Limits[i].Name)
+		for _, w := range c.EngineWindows() {
+			ms[i] = append(ms[i], p.vm.metricsFor(filter.MetricsName(c.Name, w)))
+		}
+		if c.Engine.Fleet != nil {
+			ms[i][0].defineFleet(c.Name)
 		}
 	}
 	unmatched := p.vm.unmatchedCounter()
 	store := &sharedStore{zeroCAS: p.vm.test.ZeroCAS}
-	f, err := filter.New(set, store, p.vm.test.clock(), func(i int) engine.Observer { return &observer{m: ms[i]} })
+	f, err := filter.New(set, store, p.vm.test.clock(), func(i, w int) engine.Observer { return &observer{m: ms[i][w]} })
 	if err != nil {
 		return err
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(f.TickPeriod().Milliseconds())); err != nil {
 		return fmt.Errorf("setting the tick period: %w", err)
 	}
-	p.filter, p.metrics, p.limits, p.unmatched = f, ms[set.Primary()], ms, unmatched
+	p.filter, p.metrics, p.limits, p.unmatched = f, ms[set.Primary()][0], ms, unmatched
 	p.holds = holds{perLimit: make([]int, len(set.Limits)), refused: map[heldKey]time.Time{}}
 	p.tick, p.housekeeping = f.TickPeriod(), f.HousekeepingPeriod()
 	return nil
@@ -171,8 +174,8 @@ func (p *pluginContext) OnTick() {
 		p.lastHousekeeping = now
 	}
 	// Counters first: a tick that panics below must not hold them back.
-	for _, m := range p.limits {
-		if m != nil {
+	for _, windows := range p.limits {
+		for _, m := range windows {
 			m.flush()
 		}
 	}
@@ -182,8 +185,9 @@ func (p *pluginContext) OnTick() {
 	p.vm.test.reportMemory()
 }
 
-// setActive records the i-th limit's number of registered clients.
-func (p *pluginContext) setActive(i, clients int) { p.limits[i].setActive(clients) }
+// setActive records the number of clients registered in the i-th limit's
+// w-th window.
+func (p *pluginContext) setActive(i, w, clients int) { p.limits[i][w].setActive(clients) }
 
 // NewHttpContext implements types.PluginContext.
 func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
@@ -222,7 +226,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if wait, ok := f.Hold(o, 0); ok && h.plugin.hold(h, o, wait) {
 		return types.ActionPause // decided again on tick (hold.go)
 	}
-	h.plugin.limits[o.Limit].count(o.Decision)
+	h.plugin.limits[o.Limit][o.Window].count(o.Decision)
 	// The record is only information: a host that refuses it (or a
 	// listener without access logs) changes nothing for the request.
 	_ = setAccessLog(f.AccessLog(o))
