@@ -96,3 +96,151 @@ func TestRetiredOneShotKeepsItsCap(t *testing.T) {
 		t.Errorf("x's last request: %+v, want over_limit at its cap 1 (counted again, not waiting)", d)
 	}
 }
+
+// TestRetiredOneShotsLockNoNewcomerOut: in a day-long window, one
+// promoted one-shot id a minute for six hours (each retired after 20
+// minutes, keeping its place) fills the buckets' places; a genuine
+// newcomer's proof takes a retired one's place, so it is admitted within
+// minutes though few clients are counted.
+func TestRetiredOneShotsLockNoNewcomerOut(t *testing.T) {
+	cfg := Defaults(100_000, 24*time.Hour) // min_cycle 1m
+	cfg.MaxClients = 32                    // 2 buckets, 96 places
+	l := newLimiter(t, cfg, NewMemStore())
+	start := t0.Truncate(24 * time.Hour)
+	if err := l.RegisterAt(start, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	at := start.Add(time.Second)
+	for i := 0; at.Before(start.Add(6 * time.Hour)); i++ {
+		l.AdmitAt(at, fmt.Sprintf("flood-%d", i))
+		l.TickAt(at)
+		at = at.Add(61 * time.Second)
+	}
+	dumpTable(t, l)
+	first := at
+	var d Decision
+	for at.Sub(first) < 10*time.Minute {
+		d = l.AdmitAt(at, "genuine")
+		if d.Allowed {
+			t.Logf("admitted after %v", at.Sub(first))
+			return
+		}
+		at = at.Add(max(d.RetryAfter, time.Second))
+		l.TickAt(at)
+	}
+	t.Fatalf("genuine newcomer refused for 10 min with %d of %d counted: %s retry-after %v",
+		l.ActiveClients(), cfg.MaxClients, d.Reason, d.RetryAfter)
+}
+
+// dumpTable logs what the limit's table holds.
+func dumpTable(t *testing.T, l *Limiter) {
+	p := &l.view.plan
+	var tot, retiredN, unproven, cnt, freeN int
+	for b := 0; b < l.view.nb; b++ {
+		raw, _, err := l.view.store.Get(l.view.key(b))
+		if err != nil {
+			continue
+		}
+		var bv bucketVal
+		if decodeBucket(raw, &bv) != nil {
+			continue
+		}
+		for _, e := range bv.entries {
+			tot++
+			switch {
+			case free(&e, p, &l.cfg):
+				freeN++
+			case waitingUnproven(&e):
+				unproven++
+			case retired(&e, p, &l.cfg):
+				retiredN++
+			case counted(&e, p, &l.cfg):
+				cnt++
+			}
+		}
+	}
+	t.Logf("plan %d window %d n %d: entries %d free %d unproven %d retired %d counted %d", p.id, p.window, p.n, tot, freeN, unproven, retiredN, cnt)
+}
+
+// TestTargetedOneShotsLockNoNewcomerOut: with the default max_clients,
+// an attacker sending one fresh id a minute, each homed in buckets 0 to 4
+// (a newcomer's whole probe path), does not lock a newcomer homed in
+// bucket 0 out of a day-long limit.
+func TestTargetedOneShotsLockNoNewcomerOut(t *testing.T) {
+	cfg := Defaults(100_000, 24*time.Hour)
+	l := newLimiter(t, cfg, NewMemStore())
+	home := func(id string) int { return l.view.home(clientHash(id)) }
+	start := t0.Truncate(24 * time.Hour)
+	if err := l.RegisterAt(start, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	at := start.Add(time.Second)
+	n := 0
+	for i := 0; n < 400; i++ {
+		id := fmt.Sprintf("attacker-%d", i)
+		if home(id) > 4 {
+			continue
+		}
+		l.AdmitAt(at, id)
+		l.TickAt(at)
+		at = at.Add(61 * time.Second)
+		n++
+	}
+	dumpTable(t, l)
+	var genuine string
+	for i := 0; ; i++ {
+		if genuine = fmt.Sprintf("genuine-%d", i); home(genuine) == 0 {
+			break
+		}
+	}
+	first := at
+	var d Decision
+	for at.Sub(first) < 10*time.Minute {
+		d = l.AdmitAt(at, genuine)
+		if d.Allowed {
+			t.Logf("admitted after %v", at.Sub(first))
+			return
+		}
+		at = at.Add(max(d.RetryAfter, time.Second))
+		l.TickAt(at)
+	}
+	t.Fatalf("after %v of one id a minute: genuine newcomer refused for 10 min with %d of %d counted: %s retry-after %v",
+		first.Sub(start), l.ActiveClients(), cfg.MaxClients, d.Reason, d.RetryAfter)
+}
+
+// TestRetiredOneShotProvenNextWindowStartsAfresh: a one-shot id of
+// yesterday (retired, not yet expired) that asks again today, on a worker
+// that holds no state for it, is proven with today's counts: yesterday's
+// grant is not charged to today's share (capped at 1 a day here).
+func TestRetiredOneShotProvenNextWindowStartsAfresh(t *testing.T) {
+	cfg := Defaults(1000, 24*time.Hour)
+	cfg.MaxShare = 1
+	store := NewMemStore()
+	l := newLimiter(t, cfg, store)
+	w2 := newLimiter(t, cfg, store) // another worker: holds no state for x
+	day0 := t0.Truncate(24 * time.Hour)
+	if err := l.RegisterAt(day0, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.AdmitAt(day0.Add(time.Hour), "x"); !d.Allowed {
+		t.Fatalf("x on day 0: %+v", d)
+	}
+	day1 := day0.Add(24 * time.Hour)
+	l.TickAt(day1)
+	at := day1.Add(time.Hour)
+	var d Decision
+	for i := 0; i < 10; i++ {
+		d = w2.AdmitAt(at, "x")
+		t.Logf("day 1 +%v: %s retry-after %v limit %d", at.Sub(day1), d.Reason, d.RetryAfter, d.Limit)
+		if d.Allowed {
+			return
+		}
+		at = at.Add(max(d.RetryAfter, time.Second))
+		l.TickAt(at)
+		w2.TickAt(at)
+		if at.Sub(day1) > 3*time.Hour {
+			break
+		}
+	}
+	t.Fatalf("x, capped at 1 a day, never admitted on day 1: %+v", d)
+}

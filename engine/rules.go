@@ -351,6 +351,9 @@ const oneShotPlans = 20
 // window makes hours). A retired entry keeps its place until its window
 // ends, with what it was granted in it: if its client asks again, it is
 // proven (see view.arrive) and keeps to its share and cap in the window.
+// Only a declared or proven client may take that place before (view.place),
+// so that a flood of one-shot ids locks no newcomer out: its proof finds
+// room.
 func retired(e *entry, p *plan, cfg *Config) bool {
 	return e.tries == 1 && p.at-e.since > oneShotPlans*int64(cfg.MinCycle)
 }

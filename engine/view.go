@@ -679,9 +679,10 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			res = syncStale
 		case !registered(&e, p):
 			res = syncPending
-		case expired(&e, p, r.cfg) || retired(&e, p, r.cfg) && cs.unflushed == 0:
+		case expired(&e, p, r.cfg) || retired(&e, p, r.cfg) && cs.unflushed == 0 && cs.lease <= 0:
 			// (A one-shot id this worker has seen ask again is proven
-			// below, by the demand it writes, rather than retired.)
+			// below, by the demand it writes, rather than retired; one it
+			// holds a lease for hands the lease back first.)
 			res = syncGone
 		case e.plan < p.id:
 			rebase(&e, p, r.pol, r.cfg)
@@ -1110,7 +1111,9 @@ func (r *view) prove(e entry, t, first int64) error {
 		return err
 	}
 	if e.window < r.plan.window {
-		e.since, e.window, e.active, e.demand = t, r.plan.window, r.plan.window, 0
+		// (A retired one-shot id's entry of an earlier window holds what it
+		// was granted there: none of it is this window's.)
+		e.since, e.window, e.active, e.demand, e.granted = t, r.plan.window, r.plan.window, 0, 0
 	} else if waitingUnproven(&e) {
 		e.demand += first
 	}
@@ -1161,7 +1164,9 @@ func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
 				at, own = i, true // its own entry: a returning client, or a newcomer (or retired one-shot id) proven
 				break
 			}
-			if at < 0 && free(x, &r.plan, r.cfg) {
+			if at < 0 && (free(x, &r.plan, r.cfg) || e.tries != 1 && retired(x, &r.plan, r.cfg)) {
+				// (A declared or proven client may take a retired one-shot
+				// id's place, so that a flood of them locks no one out.)
 				at = i
 			}
 		}
@@ -1194,10 +1199,12 @@ func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
 	return placed, overflow, nil
 }
 
-// free reports whether x's place may be reused: an idle client's, or an
-// unproven newcomer's whose window is over.
+// free reports whether x's place may be reused: an idle client's, an
+// unproven newcomer's whose window is over, or a retired one-shot id's
+// whose window is over (it has nothing granted in the running one to
+// keep).
 func free(x *entry, p *plan, cfg *Config) bool {
-	return (registered(x, p) && expired(x, p, cfg)) || reclaimable(x, p)
+	return (registered(x, p) && (expired(x, p, cfg) || retired(x, p, cfg) && x.window < p.window)) || reclaimable(x, p)
 }
 
 // bucketMark is what a worker remembers of a client bucket in which it

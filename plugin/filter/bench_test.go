@@ -25,8 +25,9 @@ func BenchmarkMatch(b *testing.B) {
 }
 
 // BenchmarkDecide is one admitted request, with the one-limit form and with
-// the request matched by the last of four limits: the difference is what
-// matching adds.
+// the request matched by the last of four limits (the difference is what
+// matching adds), and with two windows, admitted by both or refused by
+// the second.
 func BenchmarkDecide(b *testing.B) {
 	for _, c := range []struct {
 		name, config string
@@ -39,6 +40,13 @@ func BenchmarkDecide(b *testing.B) {
 			{"name": "export", "cost": 5, "match": {"path_prefix": "/export"}},
 			{"name": "writes", "match": {"methods": ["POST", "PUT"], "headers": {"x-env": "prod"}}}]}`,
 			headers{{":path", "/orders"}, {":method", "PUT"}, {"x-env", "prod"}, {"x-client-id", "t1"}}},
+		{"two_windows", `{"windows": [{"capacity": 1000000000, "cycle": "1h"}, {"capacity": 1000000000, "cycle": "1m"}]}`,
+			headers{{"x-client-id", "t1"}}},
+		// Every request after the first is admitted by the hour and
+		// refused by the millisecond (the clock stands still), whose
+		// refusal gives the hour's unit back: the refund path.
+		{"two_windows_refused_by_the_second", `{"windows": [{"capacity": 1000000000, "cycle": "1h"}, {"capacity": 1, "cycle": "1ms"}]}`,
+			headers{{"x-client-id", "t1"}}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			f, clock := mustFilter(b, c.config)

@@ -223,6 +223,11 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 				return Config{}, fieldError(p.label(f), "not allowed with windows: each window gives its own capacity and cycle")
 			}
 		}
+		for _, f := range []string{"max_share", "caps"} {
+			if given(raw, f) {
+				return Config{}, fieldError(p.label(f), "not supported with windows: give each window its own limit")
+			}
+		}
 		if spans = p.windows("windows", raw.Windows); p.err != nil {
 			return Config{}, p.err
 		}
@@ -269,7 +274,7 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	if p.err != nil {
 		return Config{}, p.err
 	}
-	if cfg.Cost > capacity {
+	if cfg.Cost > capacity && spans == nil { // (each window's is checked by expandWindows)
 		return Config{}, fieldError(p.label("cost"), "must not exceed capacity ("+strconv.FormatInt(capacity, 10)+"), got "+strconv.FormatInt(cfg.Cost, 10))
 	}
 	if err := checkCaps(&cfg, p.label); err != nil {

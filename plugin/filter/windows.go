@@ -32,6 +32,16 @@ type windowSpan struct {
 // distinct cycles. It returns them longest first, the order in which a
 // request is decided (see decide).
 func (p *fieldParser) windows(field string, raw json.RawMessage) []windowSpan {
+	if p.own != nil && !given(p.own, field) {
+		// Inherited from the top level: its errors name the top level's
+		// field, as any inherited field's do.
+		top := fieldParser{}
+		spans := top.windows(field, raw)
+		if p.err == nil {
+			p.err = top.err
+		}
+		return spans
+	}
 	if !p.present(field, raw, "an array", false) {
 		return nil
 	}
@@ -85,16 +95,11 @@ func (p *fieldParser) windows(field string, raw json.RawMessage) []windowSpan {
 // expandWindows sets cfg.Windows from spans (longest first): each window
 // is cfg.Engine with its own capacity and cycle, min_cycle's default for
 // its cycle unless min_cycle was given, and its own key prefix. cfg.Engine
-// is the shortest window's already. Settings that would mean something
-// else per window are refused.
+// is the shortest window's already. (Caps, which would mean something else
+// per window, are refused by parseLimit.)
 func expandWindows(cfg *Config, spans []windowSpan, minCycleGiven bool, label func(string) string) error {
-	switch {
-	case cfg.Engine.Fleet != nil:
+	if cfg.Engine.Fleet != nil {
 		return fieldError(label("windows"), "not supported with fleet")
-	case cfg.Engine.MaxShare > 0:
-		return fieldError(label("max_share"), "not supported with windows: give each window its own limit")
-	case len(cfg.Engine.Caps) > 0:
-		return fieldError(label("caps"), "not supported with windows: give each window its own limit")
 	}
 	cfg.Windows = make([]Window, len(spans))
 	for i, s := range spans {

@@ -141,3 +141,37 @@ func TestWindowsDecide(t *testing.T) {
 		t.Errorf("admitted: headers %v, want %v", got, want)
 	}
 }
+
+// An error inside windows inherited from the top level names the top
+// level's field, as for every other inherited field.
+func TestInheritedWindowsErrorsNameTheTopLevel(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"windows": [{"capacity": 10, "cycle": "1s"}, {"capacity": 10, "cycle": "1s"}], "limits": [{"name": "a"}]}`,
+			"windows[1].cycle: duplicate of windows[0].cycle 1s"},
+		{`{"windows": [{"capacity": 10, "cycle": "1s"}, {"cycle": "2s"}], "limits": [{"name": "a"}]}`,
+			"windows[1].capacity: required"},
+		{`{"windows": [{"capacity": 10, "cycle": "1s"}, {"capacity": 3, "cycle": "2s"}], "cost": 4, "limits": [{"name": "a"}]}`,
+			"windows[1].capacity: must be at least cost (4), got 3"},
+	} {
+		_, err := ParseSettings([]byte(tc.json))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%.70s: error %v, want %q", tc.json, err, tc.want)
+		}
+	}
+}
+
+// With windows, cost and caps are checked against the windows, not
+// against the shortest window's capacity as if it were the limit's.
+func TestWindowsErrorsNameTheWindow(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"windows": [{"capacity": 100, "cycle": "1h"}, {"capacity": 2, "cycle": "1s"}], "cost": 5}`,
+			"windows[1].capacity: must be at least cost (5), got 2"},
+		{`{"windows": [{"capacity": 100, "cycle": "1h"}, {"capacity": 2, "cycle": "1s"}], "max_share": 50}`,
+			"max_share: not supported with windows: give each window its own limit"},
+	} {
+		_, err := ParseSettings([]byte(tc.json))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%.70s: error %v, want %q", tc.json, err, tc.want)
+		}
+	}
+}
