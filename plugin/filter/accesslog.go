@@ -23,16 +23,20 @@ const AccessLogProperty = "borrowcycle"
 // percent-encoded outside printable ASCII. The buffer is reused: a VM runs
 // one callback at a time and the host copies the record.
 type accessLog struct {
-	heads  []string // "limit=<name> action=" per limit; "" when access_log is off
-	logIDs []bool
-	buf    []byte
+	heads   []string   // "limit=<name> action=" per limit; "" when access_log is off
+	windows [][]string // " window=<label>" per limit and window, for limits of several windows
+	logIDs  []bool
+	buf     []byte
 }
 
 func newAccessLog(limits []Config) accessLog {
-	a := accessLog{heads: make([]string, len(limits)), logIDs: make([]bool, len(limits)), buf: make([]byte, 0, 160)}
+	a := accessLog{heads: make([]string, len(limits)), windows: make([][]string, len(limits)), logIDs: make([]bool, len(limits)), buf: make([]byte, 0, 160)}
 	for i := range limits {
 		if limits[i].AccessLog {
 			a.heads[i] = "limit=" + limits[i].Name + " action="
+		}
+		for _, w := range limits[i].Windows {
+			a.windows[i] = append(a.windows[i], " window="+w.Label)
 		}
 		a.logIDs[i] = limits[i].LogClientID
 	}
@@ -56,6 +60,9 @@ func (a *accessLog) record(o Outcome) []byte {
 		b = append(b, "allowed"...)
 	}
 	b = append(append(b, " reason="...), d.Reason.String()...)
+	if ws := a.windows[o.Limit]; o.Window < len(ws) {
+		b = append(b, ws[o.Window]...) // the window whose share follows
+	}
 	b = strconv.AppendInt(append(b, " share="...), d.Limit, 10)
 	b = strconv.AppendInt(append(b, " remaining="...), d.Remaining, 10)
 	if o.Waited > 0 {

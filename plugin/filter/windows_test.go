@@ -175,3 +175,16 @@ func TestWindowsErrorsNameTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowsAccessLog: the record of a limit of several windows names the
+// window whose decision it is.
+func TestWindowsAccessLog(t *testing.T) {
+	f, clock := mustFilter(t, `{"windows": [{"capacity": 1, "cycle": "1s"}, {"capacity": 5, "cycle": "10s"}], "name": "api"}`)
+	clock.Advance(time.Millisecond)
+	req := headers{{"x-client-id", "alice"}}
+	f.Decide(req)
+	o := f.Decide(req)
+	if got, want := string(f.AccessLog(o)), "limit=api action=rejected reason=over_limit window=1s share=1 remaining=0 client="; !strings.HasPrefix(got, want) {
+		t.Errorf("record %q, want it to start %q", got, want)
+	}
+}
