@@ -71,7 +71,7 @@ func TestBadConfigRefusesToStart(t *testing.T) {
 		cfg   map[string]any
 	}{
 		{"capacity", map[string]any{"capacity": 0, "cycle": "10s"}},
-		{"cycle", map[string]any{"capacity": 10, "cycle": "2h"}},
+		{"cycle", map[string]any{"capacity": 10, "cycle": "169h"}},
 		{"reservation", map[string]any{"capacity": 10, "cycle": "10s", "reservation": 1.5}},
 		{"mode", map[string]any{"capacity": 10, "cycle": "10s", "mode": "block"}},
 	}
