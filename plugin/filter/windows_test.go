@@ -188,3 +188,22 @@ func TestWindowsAccessLog(t *testing.T) {
 		t.Errorf("record %q, want it to start %q", got, want)
 	}
 }
+
+// TestWindowsHold: with max_wait, a request the shortest window refuses is
+// held, and decided again in every window once its unit comes.
+func TestWindowsHold(t *testing.T) {
+	f, clock := mustFilter(t, `{"windows": [{"capacity": 2, "cycle": "1s"}, {"capacity": 100, "cycle": "1m"}], "max_wait": "1s"}`)
+	clock.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(500 * time.Millisecond))
+	req := headers{{"x-client-id", "alice"}}
+	f.Decide(req)
+	f.Decide(req)
+	o := f.Decide(req)
+	wait, ok := f.Hold(o, 0)
+	if !ok || o.Window != 1 || wait != 500*time.Millisecond {
+		t.Fatalf("third request: %+v, hold %v %t; want refused by the 1 s window and held for 500ms", o, wait, ok)
+	}
+	clock.Advance(wait)
+	if again := f.Redecide(o, wait); !again.Decision.Allowed || again.Waited != wait {
+		t.Errorf("decided again after %v: %+v, want admitted by both windows", wait, again)
+	}
+}
