@@ -454,3 +454,54 @@ func TestFairLeaseIsExact(t *testing.T) {
 		})
 	}
 }
+
+// Bookings of the window budget (settleBookings, bookUnits): a client the
+// borrow gate refuses books its units for when the gate lets one through;
+// from then on the others see them as granted (due), and it takes them when
+// it comes; one that asks early cancels its own and is not booked again
+// before its time; one that does not come within hold loses them.
+func TestBudgetBookings(t *testing.T) {
+	const hold = 100
+	start, end := int64(0), int64(1000)
+	gate := borrowGate{on: true, had: 2, lv: 4, guar: 1, burst: 1, elapsed: 0.3}
+	v := budget{capacity: 10, granted: 6}
+	ask := func(client uint32, t int64) *bookAsk {
+		return &bookAsk{client: client, need: 1, t: t, start: start, end: end}
+	}
+	// Refused at 300: its level reaches 3 units at 0.75 of the window.
+	at := bookUnits(&v, ask(1, 300), gate, v.granted, v.capacity)
+	if want := gateAt(gate.nextAt(6, 10), 300, start, end); at != want || at <= 300 || len(v.booked) != 1 {
+		t.Fatalf("booked at %d (%+v), want %d", at, v.booked, want)
+	}
+	if due, claimed, mine, _ := settleBookings(&v, ask(2, at-1), hold); due != 0 || claimed != 0 || mine {
+		t.Fatalf("another client before its time: due %d, claimed %d, mine %v; want nothing set aside yet", due, claimed, mine)
+	}
+	if due, _, _, _ := settleBookings(&v, ask(2, at), hold); due != 1 {
+		t.Fatalf("another client at its time: due %d, want its unit set aside", due)
+	}
+	if _, claimed, _, changed := settleBookings(&v, ask(1, at+5), hold); claimed != 1 || !changed || len(v.booked) != 0 {
+		t.Fatalf("client 1 at its time: claimed %d, bookings %+v; want its unit and none left", claimed, v.booked)
+	}
+	// Early: cancelled, and not booked again before its time.
+	at = bookUnits(&v, ask(1, 300), gate, v.granted, v.capacity)
+	if _, claimed, mine, changed := settleBookings(&v, ask(1, at-1), hold); claimed != 0 || !mine || !changed || v.booked[0].n != 0 {
+		t.Fatalf("client 1 early: claimed %d, mine %v, bookings %+v; want its booking cancelled", claimed, mine, v.booked)
+	}
+	if due, claimed, _, _ := settleBookings(&v, ask(2, at+1), hold); due != 0 || claimed != 0 {
+		t.Fatalf("a cancelled booking still sets %d aside", due)
+	}
+	if _, claimed, _, _ := settleBookings(&v, ask(1, at+1), hold); claimed != 0 {
+		t.Fatalf("client 1 took %d units of a cancelled booking", claimed)
+	}
+	// Not coming: past hold, gone.
+	v.booked = nil
+	at = bookUnits(&v, ask(3, 300), gate, v.granted, v.capacity)
+	if due, _, _, _ := settleBookings(&v, ask(2, at+hold+1), hold); due != 0 || len(v.booked) != 0 {
+		t.Fatalf("past hold: due %d, bookings %+v; want none", due, v.booked)
+	}
+	// Not in this window: no booking.
+	late := borrowGate{on: true, had: 4, lv: 4, guar: 1, burst: 1, elapsed: 0.3}
+	if at := bookUnits(&v, ask(4, 300), late, v.granted, v.capacity); at != 0 || len(v.booked) != 0 {
+		t.Fatalf("its level reached for the window: booked at %d", at)
+	}
+}

@@ -335,7 +335,7 @@ func (w *fleetWorker) plan(v *view, t, k int64) LeaseCall {
 // it got, and returns the budget units, which the lower lease no longer
 // covers. It returns the units to send back to Gubernator.
 func (w *fleetWorker) reclaim(v *view, k, n int64) int64 {
-	got, _, err := v.adjust(n, borrowGate{})
+	got, _, _, err := v.adjust(n, borrowGate{}, nil)
 	if err != nil || got <= 0 {
 		return 0
 	}

@@ -554,7 +554,7 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 		t.Fatalf("admitted %d, budget granted %d: reclaimed %d, hold now %d; want %d and %d",
 			admitted, granted, got, s.slot(k).leased, 50-granted, granted)
 	}
-	if n, _, _ := l.view.adjust(1, borrowGate{}); n != 0 {
+	if n, _, _, _ := l.view.adjust(1, borrowGate{}, nil); n != 0 {
 		t.Errorf("the budget granted %d more after the give-back", n)
 	}
 }

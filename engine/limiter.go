@@ -339,6 +339,9 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		return l.admit(t, cs)
 	}
 	if current && cs.exhausted && !cs.flushDue() && cs.waitsForPool(t) {
+		if cs.booked {
+			l.view.unbook(cs, t)
+		}
 		return l.overLimit(t, cs)
 	}
 	switch l.view.sync(cs, cost-max(cs.lease, 0), false, t) {
@@ -434,7 +437,7 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	if cs.fresh && cs.share == 0 {
 		reason = ReasonPending
 	}
-	d := l.reject(t, reason, retryAt{accrues: cs.accrues, spent: true})
+	d := l.reject(t, reason, retryAt{accrues: cs.accrues, booked: cs.booked, spent: true})
 	d.Limit = cs.share
 	d.Plan = cs.plan
 	return d

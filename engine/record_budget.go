@@ -11,10 +11,12 @@ import (
 	"math"
 )
 
-// budgetVersion and budgetLen: the window budget's encoding.
+// budgetVersion and budgetLen: the window budget's encoding, before its
+// bookings (budgetBookingLen each).
 const (
-	budgetVersion = 3
-	budgetLen     = 1 + 8*6 + sealLen
+	budgetVersion    = 4
+	budgetLen        = 1 + 8*6 + 1 + sealLen
+	budgetBookingLen = 4 + 4 + 8 // client, n, at
 )
 
 // budget is the window budget: units granted to workers in one window, all
@@ -26,8 +28,9 @@ type budget struct {
 	roll     uint64 // the plan id that opened the window: a budget of an older roll is over
 	granted  int64
 	capacity int64
-	end      int64   // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
-	late     float64 // the fair policy's late level (see borrowGate.room); 0 under the others
+	end      int64     // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
+	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
+	booked   []booking // units granted and set aside for clients the borrow gate refused (bookUnits)
 }
 
 // holding bounds a window budget besides its capacity: in fleet mode, what
@@ -46,11 +49,17 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, uint64(v.capacity))
 	dst = le.AppendUint64(dst, uint64(v.end))
 	dst = le.AppendUint64(dst, math.Float64bits(v.late))
+	dst = append(dst, byte(len(v.booked)))
+	for _, b := range v.booked {
+		dst = le.AppendUint32(dst, b.client)
+		dst = le.AppendUint32(dst, uint32(b.n))
+		dst = le.AppendUint64(dst, uint64(b.at))
+	}
 	return seal(dst)
 }
 
 func decodeBudget(b []byte) (budget, error) {
-	if len(b) != budgetLen || b[0] != budgetVersion {
+	if len(b) < budgetLen || b[0] != budgetVersion || int(b[49]) > maxBookings || len(b) != budgetLen+int(b[49])*budgetBookingLen {
 		return budget{}, fmt.Errorf("%w: budget of %d bytes", errCorrupt, len(b))
 	}
 	b, err := unseal(b)
@@ -65,6 +74,14 @@ func decodeBudget(b []byte) (budget, error) {
 		granted:  int64(le.Uint64(b[17:])),
 		capacity: int64(le.Uint64(b[25:])),
 		late:     math.Float64frombits(le.Uint64(b[41:])),
+	}
+	for i := 0; i < int(b[49]); i++ {
+		e := b[budgetLen-sealLen+i*budgetBookingLen:]
+		bk := booking{client: le.Uint32(e), n: int64(le.Uint32(e[4:])), at: int64(le.Uint64(e[8:]))}
+		if bk.n < 0 {
+			return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
+		}
+		v.booked = append(v.booked, bk)
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
 		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) {
@@ -118,7 +135,7 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-func (r *view) give(n int64) { _, _, _ = r.adjust(-n, borrowGate{}) }
+func (r *view) give(n int64) { _, _, _, _ = r.adjust(-n, borrowGate{}, nil) }
 
 // budgetSeen is the budget as the last take left it, for the Retry-After
 // of a client it left short (view.take): granted of left (the capacity in
@@ -148,12 +165,15 @@ func (r *view) spent() bool {
 // is at most what the process holds for the window, read after the budget
 // in each attempt: a give-back takes its units out of the budget before it
 // lowers what is held, so an attempt that read the higher holding fails
-// its CAS. clipped: the gate cut the take, not the budget.
-func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, err error) {
+// its CAS. clipped: the gate cut the take, not the budget. ask is the
+// take's client, for the budget's bookings (settleBookings, bookUnits):
+// bookedAt is when its units are booked for it, when they are. With delta
+// 0, adjust only settles the bookings.
+func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, clipped bool, bookedAt int64, err error) {
 	p := &r.plan
 	err = r.update(r.budgetKey, "budget", nil, func(st stored) ([]byte, error) {
 		raw, missing := st.raw, st.missing
-		moved, clipped = 0, false
+		moved, clipped, bookedAt = 0, false, 0
 		var v budget
 		if !missing {
 			var err error
@@ -173,8 +193,8 @@ func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 			// reconfiguration): its grants still count.
 			v.roll, v.window, v.end, changed = p.roll, p.window, max(v.end, end), true
 		case v.roll < p.roll:
-			if delta < 0 {
-				return nil, nil // a return to a window that is over
+			if delta <= 0 {
+				return nil, nil // a return to a window that is over, or nothing to settle
 			}
 			v, changed = budget{window: p.window, roll: p.roll, capacity: r.cfg.Capacity, end: end}, true
 		}
@@ -183,20 +203,38 @@ func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 			// window; a larger one only from the next window.
 			v.capacity, changed = r.cfg.Capacity, true
 		}
+		var due, claimed int64
+		mine := false
+		if ask != nil {
+			var settled bool
+			due, claimed, mine, settled = settleBookings(&v, ask, bookingHold)
+			changed = changed || settled
+		}
 		if delta > 0 {
 			left := v.capacity // the capacity in force
 			if r.holding != nil {
 				left = min(left, r.holding.heldIn(r.store, p.window))
 			}
-			allowed := min(delta, max(0, left-v.granted))
+			allowed := min(delta, max(0, left-v.granted-due))
 			var late float64
-			moved, late = gate.room(allowed, v.granted, left, v.late)
-			clipped = moved < allowed
-			r.seen = budgetSeen{window: v.window, granted: v.granted + moved, left: left, held: left < v.capacity}
+			moved, late = gate.room(allowed, v.granted+due, left, v.late)
+			if claimed > moved { // its booking: past the gate
+				moved = min(allowed, claimed)
+				if gate.past {
+					late = math.Max(late, (gate.excess+float64(moved))/gate.weight)
+				}
+			}
 			if late != v.late {
 				v.late, changed = late, true
 			}
-		} else {
+			clipped = moved < allowed
+			if moved == 0 && clipped && ask != nil && !mine {
+				if bookedAt = bookUnits(&v, ask, gate, v.granted+due, left); bookedAt > 0 {
+					changed = true
+				}
+			}
+			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved, left: left, held: left < v.capacity}
+		} else if delta < 0 {
 			moved = -min(-delta, v.granted)
 		}
 		if moved == 0 && !changed {
@@ -208,11 +246,11 @@ func (r *view) adjust(delta int64, gate borrowGate) (moved int64, clipped bool, 
 	})
 	switch {
 	case err == nil:
-		return max(moved, 0), clipped, nil
+		return max(moved, 0), clipped, bookedAt, nil
 	case errors.Is(err, errStale), errors.Is(err, ErrRetriesExhausted):
-		return 0, false, err
+		return 0, false, 0, err
 	}
-	return 0, false, nil // a store error grants nothing
+	return 0, false, 0, nil // a store error grants nothing
 }
 
 // grantedIn is what the window budget has granted in window k (0 when it

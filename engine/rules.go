@@ -181,6 +181,7 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 // in its home bucket were what was full).
 type retryAt struct {
 	accrues int64
+	booked  bool // accrues is a booking of the pacer's (paceTake): it holds past the window's end
 	spent   bool
 	room    bool
 }
@@ -205,7 +206,10 @@ func retryAfter(reason Reason, p *plan, cfg *Config, t int64, at retryAt) time.D
 	end := untilWindowEnd(p, cfg, t)
 	switch reason {
 	case ReasonOverLimit, ReasonPending:
-		if at.accrues > t {
+		switch {
+		case at.accrues > t && at.booked:
+			return clampDuration(at.accrues - t)
+		case at.accrues > t:
 			return min(time.Duration(at.accrues-t), end)
 		}
 		if reason == ReasonPending && !at.spent {
@@ -1484,11 +1488,82 @@ func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t
 	if !clipped {
 		return 0
 	}
-	f := gate.nextAt(seen.granted, seen.left)
+	return gateAt(gate.nextAt(seen.granted, seen.left), t, start, end)
+}
+
+// gateAt is the moment fraction f of the window [start, end) comes, no
+// earlier than t (and a nanosecond past it, past its rounding); 0 when f
+// is not in the window.
+func gateAt(f float64, t, start, end int64) int64 {
 	if f >= 1 {
 		return 0
 	}
 	return max(t, start+int64(math.Ceil(f*float64(end-start)))) + 1
+}
+
+// Bookings of the window budget. Under a lending policy, a client the
+// borrow gate refuses is told when its next unit accrues (budgetMoreAt),
+// "if nobody else takes one first": the pool it would borrow from is
+// everyone's, and the others take from it meanwhile. So the units it asked
+// for are booked for it then: from its time on, until it comes for them
+// or bookingHold has passed, the others' takes see them as granted (due),
+// and it takes them past the gate. Before its time they are not set
+// aside: the pool lends them as usual until they would have accrued to
+// it. One booking per client and at most maxBookings per window, as for
+// the pacer's bookings, whose type they share (without slots).
+
+// bookAsk is a take's client, for the budget's bookings: its hash
+// (truncated), the units its request needs, and the take's time and window.
+type bookAsk struct {
+	client        uint32
+	need          int64
+	t, start, end int64
+}
+
+// settleBookings drops v's bookings whose clients did not come within hold
+// of their time and reports the units of the others' bookings that are
+// due at ask.t, and, when ask's client has one, either that its time has
+// come (claimed: it takes them now, and its booking is dropped) or that it
+// asked before it (mine: its booking is cancelled, until its time).
+func settleBookings(v *budget, ask *bookAsk, hold int64) (due, claimed int64, mine, changed bool) {
+	kept := v.booked[:0]
+	for _, b := range v.booked {
+		switch {
+		case ask.t > b.at+hold:
+			changed = true // forfeited, or cancelled and over
+			continue
+		case b.client == ask.client && ask.t >= b.at:
+			claimed, changed = b.n, true
+			continue
+		case b.client == ask.client:
+			// Asked before its time: not a client that waits for its units.
+			// They are not set aside, and none are booked again before then.
+			if b.n > 0 {
+				b.n, changed = 0, true
+			}
+			mine = true
+		case ask.t >= b.at:
+			due += b.n
+		}
+		kept = append(kept, b)
+	}
+	v.booked = kept
+	return due, claimed, mine, changed
+}
+
+// bookUnits books ask's units in v for when gate next lets one through, if
+// it does in this window; it returns when (0: not booked). (A client that
+// holds a booking, or a cancellation, is not booked again: settleBookings
+// has said so first.)
+func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, left int64) int64 {
+	if ask.need <= 0 || len(v.booked) >= maxBookings {
+		return 0
+	}
+	at := gateAt(gate.nextAt(granted, left), ask.t, ask.start, ask.end)
+	if at > 0 {
+		v.booked = append(v.booked, booking{client: ask.client, n: ask.need, at: at})
+	}
+	return at
 }
 
 // Pacing (Config.Pace) spreads a limit's capacity over the
@@ -1499,11 +1574,10 @@ func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t
 //     granted at most share × (burst + (1 − burst) × f) (pacedAmount);
 //   - per limit: a generic cell rate algorithm over the whole capacity,
 //     one unit every cycle/capacity with a tolerance of burst × cycle
-//     (paceFit), kept in one shared key. It forfeits what is not used, so
-//     any interval of one cycle's length admits at most
-//     (1 + burst) × capacity units (plus one, when burst × capacity < 1),
-//     where fixed windows alone let up to 2 × capacity through across a
-//     boundary.
+//     (paceTake), kept in one shared key. It forfeits what is not used, so
+//     any interval of one cycle's length admits at most about
+//     (1 + burst) × capacity units (PacedMost), where fixed windows alone
+//     let up to 2 × capacity through across a boundary.
 //
 // A paced lease takes only the units asked for, so units are granted when
 // they are admitted and the bound holds for admissions, not just grants.
@@ -1517,30 +1591,167 @@ func pacedAmount(share int64, burst, f float64) int64 {
 	return int64(math.Ceil(float64(share)*(burst+(1-burst)*f) - 1e-9))
 }
 
-// paceFit is the pacing cell rate algorithm: given the theoretical
-// arrival time tat (Unix ns, 0 for a new limit) and a request for n units
-// at now, it returns how many fit (m ≤ n) and the new tat. A unit fits
-// when the units before it are no more than tolerance ahead of now;
-// each unit moves tat by interval. A unit nobody took stays there for
-// grace after it accrued, then is forfeited.
-func paceFit(tat, now, n int64, pp paceParam) (m, next int64) {
-	interval, tolerance := pp.interval, pp.tolerance
-	base := max(tat, now-pp.grace)
-	ahead := base - now
-	if n <= 0 || ahead > tolerance {
-		return 0, tat
-	}
-	m = min(n, (tolerance-ahead)/interval+1)
-	return m, base + m*interval
+// Bookings. Clients that are refused together are told the same moment
+// (their next unit under pacing, the window's end, the pool's next unit),
+// come back together, and all but one would find the pacer's unit taken:
+// that Retry-After named the earliest moment a retry could succeed only if
+// nobody else took the unit first. So under pacing, a refused client
+// books the pacer's units for the moment it is told: the first free slots
+// of the pacer from then on (less grace: a unit is kept that long anyway)
+// are set aside for it alone, and it is told when they fit. The next
+// client refused is told the slot after, and so on: each is told a moment
+// at which its retry succeeds, and clients that retry together are spread
+// by the pacer itself.
+//
+// Slots. The pacer's units are slots interval apart, the first free one
+// at tat (its theoretical arrival time). A unit fits when its slot is no
+// more than tolerance ahead of now; a unit nobody took stays there for
+// grace after it accrued, then is forfeited. A booking holds n slots from
+// slot; free slots skip bookings (skipBooked), so any two slots taken or
+// booked are at least interval apart, and a booked unit is never taken
+// before it fits. It may be taken later than it fits, by the time its
+// client needed (at most grace) plus how late the client comes (at most
+// paceParam.hold): so an interval of one cycle's length may admit, beyond
+// the pacer's bound, the units of the bookings claimed late in it, at
+// most min(maxBookings, hold/interval + 1).
+//
+// Bounds. One booking per client, at most maxBookings per limit: more
+// refused clients are told the next free slot, unbooked. A client that
+// does not come within hold of its time forfeits its units, as the pacer
+// forfeits any unit nobody takes, and its booking is dropped. A client
+// that asks before its time does not wait for its units: its booking is
+// cancelled (the slots are free again), and it is not booked again before
+// that time. Only clients that do as they are told hold units back.
+
+// maxBookings bounds the bookings of a limit, so that the pace record
+// stays small (it is read and written by every paced take).
+const maxBookings = 8
+
+// booking is n slots of the pacer, from slot, set aside for one client
+// from at (its Retry-After).
+type booking struct {
+	client uint32 // the client's hash, truncated (bookingClient), or takenSlots
+	n      int64
+	slot   int64 // Unix ns, on the pacer's clock, as tat
+	at     int64
 }
 
-// paceWait is how long after now the next unit fits under tat.
-func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
+// takenSlots marks the slots of a booking its client took: they stay out of
+// the free slots until the first free slot has passed them.
+const takenSlots = 0
+
+// bookingClient is the client a booking names for the client with hash h:
+// never takenSlots.
+func bookingClient(h uint64) uint32 { return max(1, uint32(h)) }
+
+// paceState is the pace record: the cell rate algorithm's theoretical
+// arrival time (its first free slot; 0 for a new limit) and the limit's
+// bookings.
+type paceState struct {
+	tat    int64
+	booked []booking
+}
+
+// skipBooked is the first slot at or after s whose n slots are free: no
+// closer than interval to a booked one.
+func (st *paceState) skipBooked(s, n, interval int64) int64 {
+	for moved := true; moved; {
+		moved = false
+		for _, b := range st.booked {
+			if s+n*interval > b.slot && s < b.slot+b.n*interval {
+				s, moved = b.slot+b.n*interval, true
+			}
+		}
+	}
+	return s
+}
+
+// paceTake passes n units asked for at now by client through st (changed
+// in place). It returns how many it lets through (m ≤ n) and, when it lets
+// none through, when they fit (at): the client's booking (booked), made
+// now or before, or with no booking to be had, the next free slot. notBefore
+// (> now) is when the client may next take units for another reason (its
+// own pace, its next window, the pool's next unit): the call then only
+// books, for then. With n 0 it only settles (a client that asked early
+// cancels its booking). changed reports whether st must be written.
+func paceTake(st *paceState, client uint32, now, n, notBefore int64, pp paceParam) (m, at int64, booked, changed bool) {
+	kept := st.booked[:0]
+	mine := -1
+	for _, b := range st.booked {
+		switch {
+		case b.client == takenSlots && b.slot+b.n*pp.interval <= max(st.tat, now-pp.grace):
+			changed = true // taken, and behind the first free slot
+			continue
+		case b.client != takenSlots && now > b.at+pp.hold:
+			changed = true // forfeited, or cancelled and over
+			continue
+		case b.client == client:
+			mine = len(kept)
+		}
+		kept = append(kept, b)
+	}
+	st.booked = kept
+	if mine >= 0 {
+		b := &st.booked[mine]
+		if now < b.at {
+			// Asked before its time: not a client that waits for its units.
+			// They go back to the pacer, and it books none again before then.
+			if b.n > 0 {
+				b.n, changed = 0, true
+			}
+			return 0, b.at, false, changed
+		}
+		if n <= 0 {
+			return 0, 0, false, changed
+		}
+		changed = true
+		if notBefore > now {
+			// It cannot take them before notBefore: booked anew below.
+			st.booked = append(st.booked[:mine], st.booked[mine+1:]...)
+		} else if b.client = takenSlots; min(n, b.n) == n { // its time: taken
+			return n, 0, false, true
+		} else {
+			m = b.n
+		}
+	}
+	if n <= 0 {
+		return 0, 0, false, changed
+	}
+	base := max(st.tat, now-pp.grace)
+	if notBefore <= now {
+		s := base
+		for k := m; k < n; k++ {
+			if s = st.skipBooked(s, 1, pp.interval); s-now > pp.tolerance {
+				break
+			}
+			s += pp.interval
+			m++
+		}
+		if m > 0 {
+			st.tat = max(st.tat, s)
+			return m, 0, false, true
+		}
+	}
+	first := max(base, notBefore-pp.grace+pp.tolerance)
+	s := st.skipBooked(first, n, pp.interval)
+	at = max(s+(n-1)*pp.interval-pp.tolerance, notBefore)
+	if len(st.booked) >= maxBookings {
+		return 0, max(at, now+pp.interval), false, changed
+	}
+	st.booked = append(st.booked, booking{client: client, n: n, slot: s, at: at})
+	return 0, at, true, true
+}
 
 // paceParam is the cell rate algorithm's arithmetic for one config.
 type paceParam struct {
 	interval, tolerance, grace int64
+	hold                       int64 // how long a booking waits for its client past its time
 }
+
+// bookingHold is how long a booking waits for its client past its time: a
+// client that obeys Retry-After in whole seconds, rounded up, comes back
+// up to a second late, plus its round trip and any retry_after_jitter.
+const bookingHold = 2 * int64(time.Second)
 
 // paceParams are the cell rate algorithm's interval, tolerance and grace
 // for a config: one unit every cycle/capacity, rounded up (rounded down, a
@@ -1562,7 +1773,22 @@ func paceParams(cfg *Config) paceParam {
 	interval := max(1, (int64(cfg.Cycle)+c-1)/c)
 	tolerance := max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
 	grace := min(interval, max(0, int64(time.Second)-tolerance))
-	return paceParam{interval: interval, tolerance: tolerance, grace: grace}
+	return paceParam{interval: interval, tolerance: tolerance, grace: grace, hold: bookingHold}
+}
+
+// PacedMost is the most a paced limit admits in any interval of one
+// cycle's length (with Config.Pace; fixed windows alone allow up to twice
+// the capacity across a boundary): (1 + burst) × capacity, or capacity + 1
+// when burst × capacity is under one unit; one more for the unit the grace
+// keeps; and the units of bookings claimed later than they fit, at most
+// min(maxBookings, hold/interval + 1).
+func PacedMost(cfg *Config) int64 {
+	pp := paceParams(cfg)
+	most := max(int64((1+cfg.Burst)*float64(cfg.Capacity)), cfg.Capacity+1)
+	if pp.grace > 0 {
+		most++
+	}
+	return most + min(maxBookings, pp.hold/pp.interval+1)
 }
 
 // pacedAt is when a share's paced amount reaches units, in p's window.

@@ -44,6 +44,7 @@ type view struct {
 	seen  budgetSeen // see adjust
 
 	buf      []byte
+	paceSt   paceState // the pace record, decoded (record_pace.go)
 	bkt      bucketVal
 	lastRead bucketRead   // see find
 	marks    []bucketMark // by bucket; see bucketMark (nil until a refusal)
@@ -595,6 +596,8 @@ func (r *view) unshifted(t int64) int64 { return t - r.plan.shift }
 // window's end).
 type held struct {
 	clipped bool
+	paced   bool // the pacer held units back: paceAt is its answer
+	booked  bool // paceAt is a booking (paceTake)
 	paceAt  int64
 	cut     bool
 	moreAt  int64
@@ -615,6 +618,7 @@ type clientState struct {
 	fresh     bool   // registered in this window (counts as a newcomer)
 	exhausted bool   // nothing left (share or window budget) at the last sync
 	accrues   int64  // when exhausted by the borrow gate: when the pool next grows (Unix ns), else 0
+	booked    bool   // accrues is a booking of the pacer's (paceTake)
 	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
@@ -624,7 +628,7 @@ type clientState struct {
 // another window are over.
 func (cs *clientState) reset(k int64) {
 	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
-	cs.used, cs.exhausted, cs.unusable, cs.accrues = false, false, 0, 0
+	cs.used, cs.exhausted, cs.unusable, cs.accrues, cs.booked = false, false, 0, 0, false
 }
 
 type syncResult uint8
@@ -713,8 +717,9 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			h.paceAt = max(h.paceAt, paceAt)
 			if want > inHand {
 				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, t)
-				got, took, err := r.take(want-inHand, t, gate)
+				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash)
 				h.clipped = h.clipped || took.clipped
+				h.paced, h.booked = took.paced, took.booked
 				h.paceAt = max(h.paceAt, took.paceAt)
 				h.cut, h.moreAt = took.cut, took.moreAt
 				switch {
@@ -760,6 +765,23 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	// client exhausted: a cheaper one may still fit.
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
 	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort && h.cut)
+	cs.booked = h.booked
+	if _, lends := r.pol.(lender); need > 0 && take == 0 && !h.paced && !lends {
+		// Refused for another reason than the pacer's (its share, its own
+		// pace, the window's budget): its pacer units are booked for when
+		// it is told to come back, as the pacer's own refusals are. (Not
+		// under a lending policy: there the borrow gate ranks clients by
+		// how much they have had, and a pacer slot set aside ahead of the
+		// gate's time would let a client that asks often take it from one
+		// below its level; the budget's bookings keep its gate time.)
+		notBefore := cs.accrues
+		if notBefore == 0 {
+			_, notBefore = planWindow(p, r.cfg)
+		}
+		if at, booked := r.book(need, t, notBefore, cs.hash); booked {
+			cs.accrues, cs.booked = at, true
+		}
+	}
 	return syncOK
 }
 
@@ -770,22 +792,42 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 // only the next roller may reset it. gate is the borrow gate of the lease
 // being sized; what held the take back is reported for the client's
 // Retry-After.
-func (r *view) take(n, t int64, gate borrowGate) (int64, held, error) {
-	got, clipped, err := r.adjust(n, gate)
+func (r *view) take(n, need, t int64, gate borrowGate, client uint64) (int64, held, error) {
+	start, end := planWindow(&r.plan, r.cfg)
+	var ask *bookAsk
+	if gate.on && !r.cfg.Pace {
+		ask = &bookAsk{client: bookingClient(client), need: need, t: t, start: start, end: end}
+	}
+	got, clipped, bookedAt, err := r.adjust(n, gate, ask)
 	if err != nil {
 		return 0, held{}, err
 	}
-	m, h := r.paced(got, t)
+	m, h := r.paced(got, t, client)
 	if m < got {
 		r.give(got - m)
 	}
 	h.clipped = h.clipped || clipped
-	if got < n {
-		start, end := planWindow(&r.plan, r.cfg)
+	switch {
+	case bookedAt > 0:
+		h.cut, h.moreAt, h.booked = true, bookedAt, true
+	case got < n:
 		gate.had += got
 		h.cut, h.moreAt = true, budgetMoreAt(r.seen, gate, clipped, r.cfg, t, start, end)
 	}
 	return m, h, nil
+}
+
+// unbook cancels the bookings of a client that asked at t, before the time
+// it was told (see paceTake): it does not wait for its units, so they are
+// not held back for it.
+func (r *view) unbook(cs *clientState, t int64) {
+	cs.booked = false
+	if _, lends := r.pol.(lender); lends {
+		_, _, _, _ = r.adjust(0, borrowGate{}, &bookAsk{client: bookingClient(cs.hash), t: t})
+	}
+	if r.cfg.Pace {
+		_, _, _ = r.pace(cs.hash, t, 0, t)
+	}
 }
 
 // waitsForPool reports whether a client exhausted by the borrow gate must
