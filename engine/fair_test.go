@@ -473,31 +473,36 @@ func TestBudgetBookings(t *testing.T) {
 	if want := gateAt(gate.nextAt(6, 10), 300, start, end); at != want || at <= 300 || len(v.booked) != 1 {
 		t.Fatalf("booked at %d (%+v), want %d", at, v.booked, want)
 	}
-	if due, claimed, mine, _ := settleBookings(&v, ask(2, at-1), hold); due != 0 || claimed != 0 || mine {
-		t.Fatalf("another client before its time: due %d, claimed %d, mine %v; want nothing set aside yet", due, claimed, mine)
+	if r := settleBookings(&v, ask(2, at-1), hold); r.due != 0 || r.claimed != 0 || r.mine {
+		t.Fatalf("another client before its time: %+v; want nothing set aside yet", r)
 	}
-	if due, _, _, _ := settleBookings(&v, ask(2, at), hold); due != 1 {
-		t.Fatalf("another client at its time: due %d, want its unit set aside", due)
+	if r := settleBookings(&v, ask(2, at), hold); r.due != 1 {
+		t.Fatalf("another client at its time: due %d, want its unit set aside", r.due)
 	}
-	if _, claimed, _, changed := settleBookings(&v, ask(1, at+5), hold); claimed != 1 || !changed || len(v.booked) != 0 {
-		t.Fatalf("client 1 at its time: claimed %d, bookings %+v; want its unit and none left", claimed, v.booked)
+	if r := settleBookings(&v, ask(1, at+5), hold); r.claimed != 1 || !r.changed || len(v.booked) != 0 {
+		t.Fatalf("client 1 at its time: %+v, bookings %+v; want its unit and none left", r, v.booked)
 	}
 	// Early: cancelled, and not booked again before its time.
 	at = bookUnits(&v, ask(1, 300), gate, v.granted, v.capacity)
-	if _, claimed, mine, changed := settleBookings(&v, ask(1, at-1), hold); claimed != 0 || !mine || !changed || v.booked[0].n != 0 {
-		t.Fatalf("client 1 early: claimed %d, mine %v, bookings %+v; want its booking cancelled", claimed, mine, v.booked)
+	again := ask(1, 300)
+	again.again = true
+	if r := settleBookings(&v, again, hold); r.at != at || r.changed || v.booked[0].n != 1 {
+		t.Fatalf("the request that booked, its update retried: %+v, bookings %+v; want its booking kept", r, v.booked)
 	}
-	if due, claimed, _, _ := settleBookings(&v, ask(2, at+1), hold); due != 0 || claimed != 0 {
-		t.Fatalf("a cancelled booking still sets %d aside", due)
+	if r := settleBookings(&v, ask(1, at-1), hold); r.claimed != 0 || !r.mine || !r.changed || v.booked[0].n != 0 {
+		t.Fatalf("client 1 early: %+v, bookings %+v; want its booking cancelled", r, v.booked)
 	}
-	if _, claimed, _, _ := settleBookings(&v, ask(1, at+1), hold); claimed != 0 {
-		t.Fatalf("client 1 took %d units of a cancelled booking", claimed)
+	if r := settleBookings(&v, ask(2, at+1), hold); r.due != 0 || r.claimed != 0 {
+		t.Fatalf("a cancelled booking still sets %d aside", r.due)
+	}
+	if r := settleBookings(&v, ask(1, at+1), hold); r.claimed != 0 {
+		t.Fatalf("client 1 took %d units of a cancelled booking", r.claimed)
 	}
 	// Not coming: past hold, gone.
 	v.booked = nil
 	at = bookUnits(&v, ask(3, 300), gate, v.granted, v.capacity)
-	if due, _, _, _ := settleBookings(&v, ask(2, at+hold+1), hold); due != 0 || len(v.booked) != 0 {
-		t.Fatalf("past hold: due %d, bookings %+v; want none", due, v.booked)
+	if r := settleBookings(&v, ask(2, at+hold+1), hold); r.due != 0 || len(v.booked) != 0 {
+		t.Fatalf("past hold: due %d, bookings %+v; want none", r.due, v.booked)
 	}
 	// Not in this window: no booking.
 	late := borrowGate{on: true, had: 4, lv: 4, guar: 1, burst: 1, elapsed: 0.3}

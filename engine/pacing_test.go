@@ -49,7 +49,7 @@ func TestPaceTakeWithoutBookings(t *testing.T) {
 		{"a unit accrued 12 ago: forfeited past the grace", 10, 988, 1000, 10, 5, 1040},
 	} {
 		st := paceState{tat: tc.tat}
-		m, _, _, _ := paceTake(&st, 1, tc.now, tc.n, tc.now, paceParam{interval: I, tolerance: tol, grace: tc.grace, hold: 100})
+		m, _, _, _ := paceTake(&st, 1, tc.now, tc.n, tc.now, false, paceParam{interval: I, tolerance: tol, grace: tc.grace, hold: 100, horizon: 1 << 40})
 		if m != tc.wantM || st.tat != tc.wantTat {
 			t.Errorf("%s: paceTake = (%d, tat %d), want (%d, %d)", tc.name, m, st.tat, tc.wantM, tc.wantTat)
 		}
@@ -171,10 +171,10 @@ func TestPacedClientCannotBurst(t *testing.T) {
 // hold forfeits it.
 func TestPaceTakeBookings(t *testing.T) {
 	const I, tol, hold = 10, 0, 25
-	pp := paceParam{interval: I, tolerance: tol, hold: hold}
+	pp := paceParam{interval: I, tolerance: tol, hold: hold, horizon: 1 << 40}
 	st := paceState{tat: 1000}
 	take := func(client uint32, now, notBefore int64) (int64, int64, bool) {
-		m, at, booked, _ := paceTake(&st, client, now, 1, notBefore, pp)
+		m, at, booked, _ := paceTake(&st, client, now, 1, notBefore, false, pp)
 		return m, at, booked
 	}
 	if m, at, booked := take(1, 995, 995); m != 0 || at != 1000 || !booked {
@@ -232,7 +232,7 @@ func TestPaceTakeBookings(t *testing.T) {
 // pacer's spacing holds with bookings.
 func TestPaceTakeKeepsSlotsApart(t *testing.T) {
 	const I, tol, grace, hold = 10, 20, 10, 50
-	pp := paceParam{interval: I, tolerance: tol, grace: grace, hold: hold}
+	pp := paceParam{interval: I, tolerance: tol, grace: grace, hold: hold, horizon: 1 << 40}
 	rng := rand.New(rand.NewPCG(7, 7))
 	for run := 0; run < 200; run++ {
 		st := paceState{}
@@ -252,7 +252,7 @@ func TestPaceTakeKeepsSlotsApart(t *testing.T) {
 					mine = append(mine, b)
 				}
 			}
-			m, _, _, _ := paceTake(&st, client, now, 1, notBefore, pp)
+			m, _, _, _ := paceTake(&st, client, now, 1, notBefore, false, pp)
 			if m == 0 {
 				continue
 			}

@@ -78,7 +78,7 @@ func decodeBudget(b []byte) (budget, error) {
 	for i := 0; i < int(b[49]); i++ {
 		e := b[budgetLen-sealLen+i*budgetBookingLen:]
 		bk := booking{client: le.Uint32(e), n: int64(le.Uint32(e[4:])), at: int64(le.Uint64(e[8:]))}
-		if bk.n < 0 {
+		if bk.n > 1 || bk.client == takenSlots { // (bookUnits books one unit)
 			return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 		}
 		v.booked = append(v.booked, bk)
@@ -203,13 +203,12 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			// window; a larger one only from the next window.
 			v.capacity, changed = r.cfg.Capacity, true
 		}
-		var due, claimed int64
-		mine := false
+		var mine settled
 		if ask != nil {
-			var settled bool
-			due, claimed, mine, settled = settleBookings(&v, ask, bookingHold)
-			changed = changed || settled
+			mine = settleBookings(&v, ask, bookingHold)
+			changed = changed || mine.changed
 		}
+		due, claimed := mine.due, mine.claimed
 		if delta > 0 {
 			left := v.capacity // the capacity in force
 			if r.holding != nil {
@@ -228,7 +227,11 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 				v.late, changed = late, true
 			}
 			clipped = moved < allowed
-			if moved == 0 && clipped && ask != nil && !mine {
+			switch {
+			case moved > 0 || !clipped || ask == nil:
+			case mine.at > 0:
+				bookedAt = mine.at // booked by this request, in an attempt before
+			case !mine.mine:
 				if bookedAt = bookUnits(&v, ask, gate, v.granted+due, left); bookedAt > 0 {
 					changed = true
 				}

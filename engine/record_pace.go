@@ -43,9 +43,6 @@ func decodePace(b []byte, st *paceState) error {
 		e := b[paceHead+i*bookingLen:]
 		bk := booking{client: binary.LittleEndian.Uint32(e), n: int64(binary.LittleEndian.Uint32(e[4:])),
 			slot: int64(binary.LittleEndian.Uint64(e[8:])), at: int64(binary.LittleEndian.Uint64(e[16:]))}
-		if bk.n < 0 {
-			return errCorrupt
-		}
 		st.booked = append(st.booked, bk)
 	}
 	return nil
@@ -56,11 +53,11 @@ func decodePace(b []byte, st *paceState) error {
 // through (the caller gives the rest back to the budget). When pacing holds
 // units back, it says so, and when they fit, booked for the client when
 // they can be (paceTake), for its Retry-After.
-func (r *view) paced(got, t int64, client uint64) (int64, held) {
+func (r *view) paced(got, t int64, client uint64, again bool) (int64, held) {
 	if !r.cfg.Pace || got <= 0 {
 		return got, held{}
 	}
-	m, at, booked := r.pace(client, t, got, t)
+	m, at, booked := r.pace(client, t, got, t, again)
 	if m < got {
 		return m, held{clipped: true, paced: true, booked: booked, paceAt: max(at, t+1)}
 	}
@@ -75,14 +72,14 @@ func (r *view) book(n, t, notBefore int64, client uint64) (at int64, booked bool
 	if !r.cfg.Pace || n <= 0 || notBefore <= t {
 		return 0, false
 	}
-	_, at, booked = r.pace(client, t, n, notBefore)
+	_, at, booked = r.pace(client, t, n, notBefore, false)
 	return at, booked
 }
 
 // pace is the pace key's one read-modify-write (paceTake). An unreadable
 // pace key is rewritten from now: pacing is a smoothing bound, and the
 // window budget still holds.
-func (r *view) pace(client uint64, t, n, notBefore int64) (m, at int64, booked bool) {
+func (r *view) pace(client uint64, t, n, notBefore int64, again bool) (m, at int64, booked bool) {
 	key := r.paceKey
 	pp := paceParams(r.cfg)
 	st := &r.paceSt
@@ -92,18 +89,19 @@ func (r *view) pace(client uint64, t, n, notBefore int64) (m, at int64, booked b
 			if err := decodePace(sv.raw, st); err != nil {
 				r.obs.ValueReset(key, err)
 				st.tat, st.booked = 0, st.booked[:0]
-			} else if !plausible(st, t, r.cfg, pp) {
-				// Nothing is paced or booked more than a cycle and a
-				// min_cycle past its tolerance (the furthest a booking for
-				// the next window goes): this pace was set by a clock that
-				// read far ahead. Kept, it would admit nothing until the
-				// clock got there.
+			} else if st.tat > t+int64(r.cfg.Cycle)+int64(r.cfg.MinCycle)+pp.tolerance {
+				// No unit is paced more than a cycle and a min_cycle past
+				// its tolerance: this pace was set by a clock that read far
+				// ahead. Kept, it would admit nothing until the clock got
+				// there.
 				r.obs.ValueReset(key, errCorrupt)
 				st.tat, st.booked = 0, st.booked[:0]
+			} else if dropImplausible(st, t, r.cfg, pp) {
+				r.obs.ValueReset(key, errCorrupt)
 			}
 		}
 		var changed bool
-		m, at, booked, changed = paceTake(st, bookingClient(client), t, n, notBefore, pp)
+		m, at, booked, changed = paceTake(st, bookingClient(client), t, n, notBefore, again, pp)
 		if !changed {
 			return nil, nil
 		}
@@ -116,14 +114,19 @@ func (r *view) pace(client uint64, t, n, notBefore int64) (m, at int64, booked b
 	return m, at, booked
 }
 
-// plausible reports whether the pace record reaches no further past t
-// than a cycle and a min_cycle past the tolerance, and books no more units
-// at once than the capacity.
-func plausible(st *paceState, t int64, cfg *Config, pp paceParam) bool {
-	most := t + int64(cfg.Cycle) + int64(cfg.MinCycle) + pp.tolerance
-	ok := st.tat <= most
+// dropImplausible drops the bookings of st that no worker whose clock reads
+// near t could have made (paceTake books no further than pp.horizon ahead,
+// nor more units than the pacer passes at once), and reports whether there
+// were any.
+func dropImplausible(st *paceState, t int64, cfg *Config, pp paceParam) bool {
+	most := t + pp.horizon + int64(cfg.MinCycle) + pp.tolerance + pp.interval
+	kept := st.booked[:0]
 	for _, b := range st.booked {
-		ok = ok && b.n <= cfg.Capacity && b.slot <= most && b.at <= most
+		if b.n <= pp.most() && b.slot <= most-b.n*pp.interval && b.at <= most {
+			kept = append(kept, b)
+		}
 	}
-	return ok
+	dropped := len(kept) < len(st.booked)
+	st.booked = kept
+	return dropped
 }

@@ -1518,45 +1518,60 @@ type bookAsk struct {
 	client        uint32
 	need          int64
 	t, start, end int64
+	again         bool // this request booked already (its update is being retried): its booking is not an early ask
+}
+
+// settled is what settleBookings found for a take: the units of the
+// others' bookings due at its time, and of its client's own booking either
+// claimed (its time has come: it takes them now, and the booking is
+// dropped), or kept for it (at: this very request made it, its update
+// being retried), or cancelled (it asked before its time).
+type settled struct {
+	due, claimed, at int64
+	mine, changed    bool // mine: its client has a booking (or a cancelled one)
 }
 
 // settleBookings drops v's bookings whose clients did not come within hold
-// of their time and reports the units of the others' bookings that are
-// due at ask.t, and, when ask's client has one, either that its time has
-// come (claimed: it takes them now, and its booking is dropped) or that it
-// asked before it (mine: its booking is cancelled, until its time).
-func settleBookings(v *budget, ask *bookAsk, hold int64) (due, claimed int64, mine, changed bool) {
+// of their time and settles ask's (see settled).
+func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 	kept := v.booked[:0]
 	for _, b := range v.booked {
 		switch {
 		case ask.t > b.at+hold:
-			changed = true // forfeited, or cancelled and over
+			r.changed = true // forfeited, or cancelled and over
 			continue
 		case b.client == ask.client && ask.t >= b.at:
-			claimed, changed = b.n, true
+			r.claimed, r.changed = b.n, true
 			continue
 		case b.client == ask.client:
+			r.mine = true
+			if b.n > 0 && ask.again {
+				r.at = b.at
+				break
+			}
 			// Asked before its time: not a client that waits for its units.
 			// They are not set aside, and none are booked again before then.
 			if b.n > 0 {
-				b.n, changed = 0, true
+				b.n, r.changed = 0, true
 			}
-			mine = true
 		case ask.t >= b.at:
-			due += b.n
+			r.due += b.n
 		}
 		kept = append(kept, b)
 	}
 	v.booked = kept
-	return due, claimed, mine, changed
+	return r
 }
 
-// bookUnits books ask's units in v for when gate next lets one through, if
-// it does in this window; it returns when (0: not booked). (A client that
+// bookUnits books ask's unit in v for when gate next lets one through, if
+// it does in this window and the budget has it; it returns when (0: not
+// booked). Only a request of one unit is booked: the gate's next moment
+// is exact for one unit, and a booking of many, claimed past the gate,
+// would take the late pool in bulk from the clients the gate ranks first. (A client that
 // holds a booking, or a cancellation, is not booked again: settleBookings
 // has said so first.)
 func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, left int64) int64 {
-	if ask.need <= 0 || len(v.booked) >= maxBookings {
+	if ask.need != 1 || granted >= left || len(v.booked) >= maxBookings {
 		return 0
 	}
 	at := gateAt(gate.nextAt(granted, left), ask.t, ask.start, ask.end)
@@ -1658,7 +1673,7 @@ func (st *paceState) skipBooked(s, n, interval int64) int64 {
 	for moved := true; moved; {
 		moved = false
 		for _, b := range st.booked {
-			if s+n*interval > b.slot && s < b.slot+b.n*interval {
+			if b.n > 0 && s+n*interval > b.slot && s < b.slot+b.n*interval {
 				s, moved = b.slot+b.n*interval, true
 			}
 		}
@@ -1673,8 +1688,10 @@ func (st *paceState) skipBooked(s, n, interval int64) int64 {
 // (> now) is when the client may next take units for another reason (its
 // own pace, its next window, the pool's next unit): the call then only
 // books, for then. With n 0 it only settles (a client that asked early
-// cancels its booking). changed reports whether st must be written.
-func paceTake(st *paceState, client uint32, now, n, notBefore int64, pp paceParam) (m, at int64, booked, changed bool) {
+// cancels its booking). again: this request booked already (its update
+// is being retried), so its booking is no early ask. changed reports
+// whether st must be written.
+func paceTake(st *paceState, client uint32, now, n, notBefore int64, again bool, pp paceParam) (m, at int64, booked, changed bool) {
 	kept := st.booked[:0]
 	mine := -1
 	for _, b := range st.booked {
@@ -1694,6 +1711,9 @@ func paceTake(st *paceState, client uint32, now, n, notBefore int64, pp pacePara
 	if mine >= 0 {
 		b := &st.booked[mine]
 		if now < b.at {
+			if again && b.n > 0 {
+				return 0, b.at, true, changed // booked by this very request
+			}
 			// Asked before its time: not a client that waits for its units.
 			// They go back to the pacer, and it books none again before then.
 			if b.n > 0 {
@@ -1732,12 +1752,18 @@ func paceTake(st *paceState, client uint32, now, n, notBefore int64, pp pacePara
 			return m, 0, false, true
 		}
 	}
+	unbooked := func() (int64, int64, bool, bool) { // told the next free slot
+		return 0, max(st.skipBooked(base, 1, pp.interval)-pp.tolerance, notBefore, now+pp.interval), false, changed
+	}
+	if len(st.booked) >= maxBookings || n > pp.most() {
+		return unbooked()
+	}
 	first := max(base, notBefore-pp.grace+pp.tolerance)
 	s := st.skipBooked(first, n, pp.interval)
-	at = max(s+(n-1)*pp.interval-pp.tolerance, notBefore)
-	if len(st.booked) >= maxBookings {
-		return 0, max(at, now+pp.interval), false, changed
+	if s+n*pp.interval-now > pp.horizon {
+		return unbooked()
 	}
+	at = max(s+(n-1)*pp.interval-pp.tolerance, notBefore)
 	st.booked = append(st.booked, booking{client: client, n: n, slot: s, at: at})
 	return 0, at, true, true
 }
@@ -1746,7 +1772,16 @@ func paceTake(st *paceState, client uint32, now, n, notBefore int64, pp pacePara
 type paceParam struct {
 	interval, tolerance, grace int64
 	hold                       int64 // how long a booking waits for its client past its time
+	horizon                    int64 // how far past now a booking may reach: two cycles
 }
+
+// most is the most units one booking holds: what the pacer passes at once
+// (a request for more can never fit), and no more than maxBookedUnits.
+func (pp paceParam) most() int64 { return min(pp.tolerance/pp.interval+1, maxBookedUnits) }
+
+// maxBookedUnits bounds a booking's units, which the records store in 32
+// bits.
+const maxBookedUnits = 1 << 16
 
 // bookingHold is how long a booking waits for its client past its time: a
 // client that obeys Retry-After in whole seconds, rounded up, comes back
@@ -1773,7 +1808,7 @@ func paceParams(cfg *Config) paceParam {
 	interval := max(1, (int64(cfg.Cycle)+c-1)/c)
 	tolerance := max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
 	grace := min(interval, max(0, int64(time.Second)-tolerance))
-	return paceParam{interval: interval, tolerance: tolerance, grace: grace, hold: bookingHold}
+	return paceParam{interval: interval, tolerance: tolerance, grace: grace, hold: bookingHold, horizon: 2 * int64(cfg.Cycle)}
 }
 
 // PacedMost is the most a paced limit admits in any interval of one

@@ -717,7 +717,9 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			h.paceAt = max(h.paceAt, paceAt)
 			if want > inHand {
 				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, t)
-				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash)
+				// (again: an attempt before this one booked for the
+				// request, and its booking is no early ask.)
+				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash, h.booked)
 				h.clipped = h.clipped || took.clipped
 				h.paced, h.booked = took.paced, took.booked
 				h.paceAt = max(h.paceAt, took.paceAt)
@@ -792,17 +794,17 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 // only the next roller may reset it. gate is the borrow gate of the lease
 // being sized; what held the take back is reported for the client's
 // Retry-After.
-func (r *view) take(n, need, t int64, gate borrowGate, client uint64) (int64, held, error) {
+func (r *view) take(n, need, t int64, gate borrowGate, client uint64, again bool) (int64, held, error) {
 	start, end := planWindow(&r.plan, r.cfg)
 	var ask *bookAsk
 	if gate.on && !r.cfg.Pace {
-		ask = &bookAsk{client: bookingClient(client), need: need, t: t, start: start, end: end}
+		ask = &bookAsk{client: bookingClient(client), need: need, t: t, start: start, end: end, again: again}
 	}
 	got, clipped, bookedAt, err := r.adjust(n, gate, ask)
 	if err != nil {
 		return 0, held{}, err
 	}
-	m, h := r.paced(got, t, client)
+	m, h := r.paced(got, t, client, again)
 	if m < got {
 		r.give(got - m)
 	}
@@ -826,7 +828,7 @@ func (r *view) unbook(cs *clientState, t int64) {
 		_, _, _, _ = r.adjust(0, borrowGate{}, &bookAsk{client: bookingClient(cs.hash), t: t})
 	}
 	if r.cfg.Pace {
-		_, _, _ = r.pace(cs.hash, t, 0, t)
+		_, _, _ = r.pace(cs.hash, t, 0, t, false)
 	}
 }
 
