@@ -1627,8 +1627,8 @@ func pacedAmount(share int64, burst, f float64) int64 {
 // before it fits. It may be taken later than it fits, by the time its
 // client needed (at most grace) plus how late the client comes (at most
 // paceParam.hold): so an interval of one cycle's length may admit, beyond
-// the pacer's bound, the units of the bookings claimed late in it, at
-// most min(maxBookings, hold/interval + 1).
+// the pacer's bound, the units of the bookings claimed late in it
+// (PacedMost).
 //
 // Bounds. One booking per client, at most maxBookings per limit: more
 // refused clients are told the next free slot, unbooked. A client that
@@ -1816,14 +1816,14 @@ func paceParams(cfg *Config) paceParam {
 // the capacity across a boundary): (1 + burst) × capacity, or capacity + 1
 // when burst × capacity is under one unit; one more for the unit the grace
 // keeps; and the units of bookings claimed later than they fit, at most
-// min(maxBookings, hold/interval + 1).
+// hold/interval + 1, and at most what maxBookings bookings hold.
 func PacedMost(cfg *Config) int64 {
 	pp := paceParams(cfg)
 	most := max(int64((1+cfg.Burst)*float64(cfg.Capacity)), cfg.Capacity+1)
 	if pp.grace > 0 {
 		most++
 	}
-	return most + min(maxBookings, pp.hold/pp.interval+1)
+	return most + min(maxBookings*pp.most(), pp.hold/pp.interval+1)
 }
 
 // pacedAt is when a share's paced amount reaches units, in p's window.
