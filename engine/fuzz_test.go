@@ -58,7 +58,6 @@ func FuzzCodecs(f *testing.F) {
 	f.Add(appendPlan(nil, &plan{id: 1, roll: 1, capacity: 1, buckets: 1, scale: 1, cycle: 1}))
 	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2}))
 	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2, booked: []booking{{client: 4, n: 1, at: 9}, {client: 5, at: 7}}}))
-	f.Add(appendPace(nil, &paceState{tat: 3, booked: []booking{{client: 4, n: 2, slot: 5, at: 9}, {client: takenSlots, n: 1, slot: 1, at: 2}}}))
 	f.Add(appendBucket(nil, &bucketVal{overflow: true, entries: []entry{{hash: 7, share: 3, granted: 1}}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -71,12 +70,6 @@ func FuzzCodecs(f *testing.F) {
 		if v, err := decodeBudget(raw); err == nil {
 			if got := appendBudget(nil, v); string(got) != string(raw) {
 				t.Fatalf("budget does not round-trip")
-			}
-		}
-		var ps paceState
-		if decodePace(raw, &ps) == nil {
-			if got := appendPace(nil, &ps); string(got) != string(raw) {
-				t.Fatalf("pace does not round-trip")
 			}
 		}
 		var b bucketVal

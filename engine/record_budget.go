@@ -30,7 +30,7 @@ type budget struct {
 	capacity int64
 	end      int64     // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
-	booked   []booking // units granted and set aside for clients the borrow gate refused (bookUnits)
+	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
 // holding bounds a window budget besides its capacity: in fleet mode, what
@@ -78,7 +78,7 @@ func decodeBudget(b []byte) (budget, error) {
 	for i := 0; i < int(b[49]); i++ {
 		e := b[budgetLen-sealLen+i*budgetBookingLen:]
 		bk := booking{client: le.Uint32(e), n: int64(le.Uint32(e[4:])), at: int64(le.Uint64(e[8:]))}
-		if bk.n > 1 || bk.client == takenSlots { // (bookUnits books one unit)
+		if bk.n > 1 { // (bookUnits books one unit)
 			return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 		}
 		v.booked = append(v.booked, bk)

@@ -27,7 +27,6 @@ func TestRetryAfterByReason(t *testing.T) {
 		{"over_limit: the next unit", ReasonOverLimit, retryAt{accrues: now + 300*int64(time.Millisecond)}, 300 * time.Millisecond},
 		{"over_limit: share or budget spent: the window's end", ReasonOverLimit, retryAt{spent: true}, end},
 		{"over_limit: a unit after the window's end is the window's end", ReasonOverLimit, retryAt{accrues: now + 9*s}, end},
-		{"over_limit: a unit booked after the window's end is when it is booked", ReasonOverLimit, retryAt{accrues: now + 9*s, booked: true}, 9 * time.Second},
 		{"pending: the next re-plan", ReasonPending, retryAt{}, 500 * time.Millisecond},
 		{"pending with the budget spent: the window's end", ReasonPending, retryAt{spent: true}, end},
 		{"table_full: the next plan", ReasonTableFull, retryAt{}, end},
@@ -287,57 +286,78 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 }
 
 // Clients that obey Retry-After and are refused together come back
-// together: under pacing (6 per 5 s, burst 0.2: one unit every 833 ms, a
-// tolerance under one unit) and under the fair policy (10 per 5 s), only
-// one of them would find the unit it was told of. Each refused client books
-// its units (the pacer's, the pool's) for the time it is told, so from the
-// second window on every retry made at Retry-After succeeds; and every
-// window from the second on admits its whole capacity (paced: the grace
-// keeps each unit until the next whole second).
-func TestRetryingClientsSucceedAtRetryAfter(t *testing.T) {
-	paced := Defaults(6, 5*time.Second)
-	paced.Pace, paced.Burst = true, 0.2
-	fair := Defaults(10, 5*time.Second)
-	fair.Policy = Fair{}
-	for _, tc := range []struct {
-		name    string
-		cfg     Config
-		usesAll bool
-	}{{"paced", paced, true}, {"fair", fair, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg
-			store := NewMemStore()
-			workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
-			start := t0.Add(5*time.Second + 20*time.Millisecond)
-			k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
-			attempts := retryingClients(workers, start, 3, 10)
-			per := map[int64]int64{}
-			var last int64
-			retries, ok := 0, 0
-			for _, a := range attempts {
-				if a.d.Allowed {
-					per[a.windowK]++
-					last = a.windowK
-				}
-				if !a.retry || a.windowK == k0 {
-					continue
-				}
-				retries++
-				if a.d.Allowed {
-					ok++
-				} else {
-					t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(start), a.d)
-				}
-			}
-			if last < k0+2 || retries == 0 {
-				t.Fatalf("done by window %d with %d retries after the first: too little to show anything", last-k0, retries)
-			}
-			for k := k0 + 1; k < last && tc.usesAll; k++ {
-				if per[k] != cfg.Capacity {
-					t.Errorf("window %d admitted %d of %d", k-k0, per[k], cfg.Capacity)
-				}
-			}
-			t.Logf("admitted per window %v; %d of %d retries after the first window succeeded, %d attempts in all", per, ok, retries, len(attempts))
-		})
+// together: under the fair policy (10 per 5 s) the pool's next unit would
+// go to one of them only. Each refused client books its unit for the time
+// it is told, so from the second window on every retry made at
+// Retry-After succeeds.
+func TestRetryingClientsSucceedUnderFair(t *testing.T) {
+	cfg := Defaults(10, 5*time.Second)
+	cfg.Policy = Fair{}
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	start := t0.Add(5*time.Second + 20*time.Millisecond)
+	k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+	attempts := retryingClients(workers, start, 3, 10)
+	per := map[int64]int64{}
+	var last int64
+	retries, ok := 0, 0
+	for _, a := range attempts {
+		if a.d.Allowed {
+			per[a.windowK]++
+			last = a.windowK
+		}
+		if !a.retry || a.windowK == k0 {
+			continue
+		}
+		retries++
+		if a.d.Allowed {
+			ok++
+		} else {
+			t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(start), a.d)
+		}
 	}
+	if last < k0+2 || retries == 0 {
+		t.Fatalf("done by window %d with %d retries after the first: too little to show anything", last-k0, retries)
+	}
+	t.Logf("admitted per window %v; %d of %d retries after the first window succeeded, %d attempts in all", per, ok, retries, len(attempts))
+}
+
+// Paced with burst 0.2 (6 per 5 s: one unit every 833 ms, a tolerance
+// under one unit), three clients that obey Retry-After in whole seconds
+// come back together, a whole number of seconds after being refused
+// together. The pacer's grace keeps each unit until the next whole second,
+// so every window from the second on admits its whole capacity (a pacer
+// that forfeits a unit at once admits one per second: 5 of 6).
+func TestRetryingClientsUsePacedCapacity(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	cfg.Pace, cfg.Burst = true, 0.2
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	start := t0.Add(5*time.Second + 20*time.Millisecond)
+	k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+	attempts := retryingClients(workers, start, 3, 10)
+	per := map[int64]int64{}
+	var last int64
+	retries, ok := 0, 0
+	for _, a := range attempts {
+		if a.d.Allowed {
+			per[a.windowK]++
+			last = a.windowK
+		}
+		if a.retry {
+			retries++
+			if a.d.Allowed {
+				ok++
+			}
+		}
+	}
+	if last < k0+3 {
+		t.Fatalf("the clients were done by window %d: too few windows to show anything", last-k0)
+	}
+	for k := k0 + 1; k < last; k++ {
+		if per[k] != cfg.Capacity {
+			t.Errorf("window %d admitted %d of %d", k-k0, per[k], cfg.Capacity)
+		}
+	}
+	t.Logf("admitted per window %v; %d of %d retries succeeded", per, ok, retries)
 }

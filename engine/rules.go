@@ -181,7 +181,6 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 // in its home bucket were what was full).
 type retryAt struct {
 	accrues int64
-	booked  bool // accrues is a booking of the pacer's (paceTake): it holds past the window's end
 	spent   bool
 	room    bool
 }
@@ -206,10 +205,7 @@ func retryAfter(reason Reason, p *plan, cfg *Config, t int64, at retryAt) time.D
 	end := untilWindowEnd(p, cfg, t)
 	switch reason {
 	case ReasonOverLimit, ReasonPending:
-		switch {
-		case at.accrues > t && at.booked:
-			return clampDuration(at.accrues - t)
-		case at.accrues > t:
+		if at.accrues > t {
 			return min(time.Duration(at.accrues-t), end)
 		}
 		if reason == ReasonPending && !at.spent {
@@ -1509,8 +1505,33 @@ func gateAt(f float64, t, start, end int64) int64 {
 // or bookingHold has passed, the others' takes see them as granted (due),
 // and it takes them past the gate. Before its time they are not set
 // aside: the pool lends them as usual until they would have accrued to
-// it. One booking per client and at most maxBookings per window, as for
-// the pacer's bookings, whose type they share (without slots).
+// it. A client that asks again before its time does not wait for them:
+// its booking is cancelled, and it is not booked again before then. One
+// that does not come within bookingHold loses its booking (the units stay
+// in the budget). One booking per client, at most maxBookings per window.
+//
+// The limit's pacer books nothing: a slot set aside for a client that then
+// does not come is lost to every client (the pacer forfeits what is not
+// taken in time), so a few counted clients that never come back could
+// waste most of a small paced limit. Its grace (paceParams) is what keeps
+// lock-step retries from wasting the capacity.
+
+// maxBookings bounds the bookings of a window, so that the budget record,
+// read and written by every take, stays small.
+const maxBookings = 8
+
+// bookingHold is how long a booking waits for its client past its time: a
+// client that obeys Retry-After in whole seconds, rounded up, comes back
+// up to a second late, plus its round trip.
+const bookingHold = 2 * int64(time.Second)
+
+// booking is n units of the window budget set aside for one client from
+// at (its Retry-After); n 0: cancelled (it asked before at).
+type booking struct {
+	client uint32 // the client's hash, truncated
+	n      int64
+	at     int64
+}
 
 // bookAsk is a take's client, for the budget's bookings: its hash
 // (truncated), the units its request needs, and the take's time and window.
@@ -1589,7 +1610,7 @@ func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, left int64) in
 //     granted at most share × (burst + (1 − burst) × f) (pacedAmount);
 //   - per limit: a generic cell rate algorithm over the whole capacity,
 //     one unit every cycle/capacity with a tolerance of burst × cycle
-//     (paceTake), kept in one shared key. It forfeits what is not used, so
+//     (paceFit), kept in one shared key. It forfeits what is not used, so
 //     any interval of one cycle's length admits at most about
 //     (1 + burst) × capacity units (PacedMost), where fixed windows alone
 //     let up to 2 × capacity through across a boundary.
@@ -1606,187 +1627,30 @@ func pacedAmount(share int64, burst, f float64) int64 {
 	return int64(math.Ceil(float64(share)*(burst+(1-burst)*f) - 1e-9))
 }
 
-// Bookings. Clients that are refused together are told the same moment
-// (their next unit under pacing, the window's end, the pool's next unit),
-// come back together, and all but one would find the pacer's unit taken:
-// that Retry-After named the earliest moment a retry could succeed only if
-// nobody else took the unit first. So under pacing, a refused client
-// books the pacer's units for the moment it is told: the first free slots
-// of the pacer from then on (less grace: a unit is kept that long anyway)
-// are set aside for it alone, and it is told when they fit. The next
-// client refused is told the slot after, and so on: each is told a moment
-// at which its retry succeeds, and clients that retry together are spread
-// by the pacer itself.
-//
-// Slots. The pacer's units are slots interval apart, the first free one
-// at tat (its theoretical arrival time). A unit fits when its slot is no
-// more than tolerance ahead of now; a unit nobody took stays there for
-// grace after it accrued, then is forfeited. A booking holds n slots from
-// slot; free slots skip bookings (skipBooked), so any two slots taken or
-// booked are at least interval apart, and a booked unit is never taken
-// before it fits. It may be taken later than it fits, by the time its
-// client needed (at most grace) plus how late the client comes (at most
-// paceParam.hold): so an interval of one cycle's length may admit, beyond
-// the pacer's bound, the units of the bookings claimed late in it
-// (PacedMost).
-//
-// Bounds. One booking per client, at most maxBookings per limit: more
-// refused clients are told the next free slot, unbooked. A client that
-// does not come within hold of its time forfeits its units, as the pacer
-// forfeits any unit nobody takes, and its booking is dropped. A client
-// that asks before its time does not wait for its units: its booking is
-// cancelled (the slots are free again), and it is not booked again before
-// that time. Only clients that do as they are told hold units back.
-
-// maxBookings bounds the bookings of a limit, so that the pace record
-// stays small (it is read and written by every paced take).
-const maxBookings = 8
-
-// booking is n slots of the pacer, from slot, set aside for one client
-// from at (its Retry-After).
-type booking struct {
-	client uint32 // the client's hash, truncated (bookingClient), or takenSlots
-	n      int64
-	slot   int64 // Unix ns, on the pacer's clock, as tat
-	at     int64
+// paceFit is the pacing cell rate algorithm: given the theoretical
+// arrival time tat (Unix ns, 0 for a new limit) and a request for n units
+// at now, it returns how many fit (m ≤ n) and the new tat. A unit fits
+// when the units before it are no more than tolerance ahead of now;
+// each unit moves tat by interval. A unit nobody took stays there for
+// grace after it accrued, then is forfeited.
+func paceFit(tat, now, n int64, pp paceParam) (m, next int64) {
+	interval, tolerance := pp.interval, pp.tolerance
+	base := max(tat, now-pp.grace)
+	ahead := base - now
+	if n <= 0 || ahead > tolerance {
+		return 0, tat
+	}
+	m = min(n, (tolerance-ahead)/interval+1)
+	return m, base + m*interval
 }
 
-// takenSlots marks the slots of a booking its client took: they stay out of
-// the free slots until the first free slot has passed them.
-const takenSlots = 0
-
-// bookingClient is the client a booking names for the client with hash h:
-// never takenSlots.
-func bookingClient(h uint64) uint32 { return max(1, uint32(h)) }
-
-// paceState is the pace record: the cell rate algorithm's theoretical
-// arrival time (its first free slot; 0 for a new limit) and the limit's
-// bookings.
-type paceState struct {
-	tat    int64
-	booked []booking
-}
-
-// skipBooked is the first slot at or after s whose n slots are free: no
-// closer than interval to a booked one.
-func (st *paceState) skipBooked(s, n, interval int64) int64 {
-	for moved := true; moved; {
-		moved = false
-		for _, b := range st.booked {
-			if b.n > 0 && s+n*interval > b.slot && s < b.slot+b.n*interval {
-				s, moved = b.slot+b.n*interval, true
-			}
-		}
-	}
-	return s
-}
-
-// paceTake passes n units asked for at now by client through st (changed
-// in place). It returns how many it lets through (m ≤ n) and, when it lets
-// none through, when they fit (at): the client's booking (booked), made
-// now or before, or with no booking to be had, the next free slot. notBefore
-// (> now) is when the client may next take units for another reason (its
-// own pace, its next window, the pool's next unit): the call then only
-// books, for then. With n 0 it only settles (a client that asked early
-// cancels its booking). again: this request booked already (its update
-// is being retried), so its booking is no early ask. changed reports
-// whether st must be written.
-func paceTake(st *paceState, client uint32, now, n, notBefore int64, again bool, pp paceParam) (m, at int64, booked, changed bool) {
-	kept := st.booked[:0]
-	mine := -1
-	for _, b := range st.booked {
-		switch {
-		case b.client == takenSlots && b.slot+b.n*pp.interval <= max(st.tat, now-pp.grace):
-			changed = true // taken, and behind the first free slot
-			continue
-		case b.client != takenSlots && now > b.at+pp.hold:
-			changed = true // forfeited, or cancelled and over
-			continue
-		case b.client == client:
-			mine = len(kept)
-		}
-		kept = append(kept, b)
-	}
-	st.booked = kept
-	if mine >= 0 {
-		b := &st.booked[mine]
-		if now < b.at {
-			if again && b.n > 0 {
-				return 0, b.at, true, changed // booked by this very request
-			}
-			// Asked before its time: not a client that waits for its units.
-			// They go back to the pacer, and it books none again before then.
-			if b.n > 0 {
-				b.n, changed = 0, true
-			}
-			return 0, b.at, false, changed
-		}
-		if n <= 0 {
-			return 0, 0, false, changed
-		}
-		changed = true
-		if notBefore > now {
-			// It cannot take them before notBefore: booked anew below.
-			st.booked = append(st.booked[:mine], st.booked[mine+1:]...)
-		} else if b.client = takenSlots; min(n, b.n) == n { // its time: taken
-			return n, 0, false, true
-		} else {
-			m = b.n
-		}
-	}
-	if n <= 0 {
-		return 0, 0, false, changed
-	}
-	base := max(st.tat, now-pp.grace)
-	if notBefore <= now {
-		s := base
-		for k := m; k < n; k++ {
-			if s = st.skipBooked(s, 1, pp.interval); s-now > pp.tolerance {
-				break
-			}
-			s += pp.interval
-			m++
-		}
-		if m > 0 {
-			st.tat = max(st.tat, s)
-			return m, 0, false, true
-		}
-	}
-	unbooked := func() (int64, int64, bool, bool) { // told the next free slot
-		return 0, max(st.skipBooked(base, 1, pp.interval)-pp.tolerance, notBefore, now+pp.interval), false, changed
-	}
-	if len(st.booked) >= maxBookings || n > pp.most() {
-		return unbooked()
-	}
-	first := max(base, notBefore-pp.grace+pp.tolerance)
-	s := st.skipBooked(first, n, pp.interval)
-	if s+n*pp.interval-now > pp.horizon {
-		return unbooked()
-	}
-	at = max(s+(n-1)*pp.interval-pp.tolerance, notBefore)
-	st.booked = append(st.booked, booking{client: client, n: n, slot: s, at: at})
-	return 0, at, true, true
-}
+// paceWait is how long after now the next unit fits under tat.
+func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
 
 // paceParam is the cell rate algorithm's arithmetic for one config.
 type paceParam struct {
 	interval, tolerance, grace int64
-	hold                       int64 // how long a booking waits for its client past its time
-	horizon                    int64 // how far past now a booking may reach: two cycles
 }
-
-// most is the most units one booking holds: what the pacer passes at once
-// (a request for more can never fit), and no more than maxBookedUnits.
-func (pp paceParam) most() int64 { return min(pp.tolerance/pp.interval+1, maxBookedUnits) }
-
-// maxBookedUnits bounds a booking's units, which the records store in 32
-// bits.
-const maxBookedUnits = 1 << 16
-
-// bookingHold is how long a booking waits for its client past its time: a
-// client that obeys Retry-After in whole seconds, rounded up, comes back
-// up to a second late, plus its round trip and any retry_after_jitter.
-const bookingHold = 2 * int64(time.Second)
 
 // paceParams are the cell rate algorithm's interval, tolerance and grace
 // for a config: one unit every cycle/capacity, rounded up (rounded down, a
@@ -1808,22 +1672,20 @@ func paceParams(cfg *Config) paceParam {
 	interval := max(1, (int64(cfg.Cycle)+c-1)/c)
 	tolerance := max(0, int64(float64(cfg.Cycle)*cfg.Burst)-interval)
 	grace := min(interval, max(0, int64(time.Second)-tolerance))
-	return paceParam{interval: interval, tolerance: tolerance, grace: grace, hold: bookingHold, horizon: 2 * int64(cfg.Cycle)}
+	return paceParam{interval: interval, tolerance: tolerance, grace: grace}
 }
 
 // PacedMost is the most a paced limit admits in any interval of one
 // cycle's length (with Config.Pace; fixed windows alone allow up to twice
 // the capacity across a boundary): (1 + burst) × capacity, or capacity + 1
-// when burst × capacity is under one unit; one more for the unit the grace
-// keeps; and the units of bookings claimed later than they fit, at most
-// hold/interval + 1, and at most what maxBookings bookings hold.
+// when burst × capacity is under one unit; and one more for the unit the
+// grace keeps.
 func PacedMost(cfg *Config) int64 {
-	pp := paceParams(cfg)
 	most := max(int64((1+cfg.Burst)*float64(cfg.Capacity)), cfg.Capacity+1)
-	if pp.grace > 0 {
+	if paceParams(cfg).grace > 0 {
 		most++
 	}
-	return most + min(maxBookings*pp.most(), pp.hold/pp.interval+1)
+	return most
 }
 
 // pacedAt is when a share's paced amount reaches units, in p's window.

@@ -44,7 +44,6 @@ type view struct {
 	seen  budgetSeen // see adjust
 
 	buf      []byte
-	paceSt   paceState // the pace record, decoded (record_pace.go)
 	bkt      bucketVal
 	lastRead bucketRead   // see find
 	marks    []bucketMark // by bucket; see bucketMark (nil until a refusal)
@@ -596,8 +595,7 @@ func (r *view) unshifted(t int64) int64 { return t - r.plan.shift }
 // window's end).
 type held struct {
 	clipped bool
-	paced   bool // the pacer held units back: paceAt is its answer
-	booked  bool // paceAt is a booking (paceTake)
+	booked  bool // moreAt is a booking of the window budget (bookUnits)
 	paceAt  int64
 	cut     bool
 	moreAt  int64
@@ -618,7 +616,7 @@ type clientState struct {
 	fresh     bool   // registered in this window (counts as a newcomer)
 	exhausted bool   // nothing left (share or window budget) at the last sync
 	accrues   int64  // when exhausted by the borrow gate: when the pool next grows (Unix ns), else 0
-	booked    bool   // accrues is a booking of the pacer's (paceTake)
+	booked    bool   // accrues is a booking of the window budget's (bookUnits)
 	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
@@ -721,7 +719,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 				// request, and its booking is no early ask.)
 				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash, h.booked)
 				h.clipped = h.clipped || took.clipped
-				h.paced, h.booked = took.paced, took.booked
+				h.booked = took.booked
 				h.paceAt = max(h.paceAt, took.paceAt)
 				h.cut, h.moreAt = took.cut, took.moreAt
 				switch {
@@ -768,22 +766,6 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
 	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort && h.cut)
 	cs.booked = h.booked
-	if _, lends := r.pol.(lender); need > 0 && take == 0 && !h.paced && !lends {
-		// Refused for another reason than the pacer's (its share, its own
-		// pace, the window's budget): its pacer units are booked for when
-		// it is told to come back, as the pacer's own refusals are. (Not
-		// under a lending policy: there the borrow gate ranks clients by
-		// how much they have had, and a pacer slot set aside ahead of the
-		// gate's time would let a client that asks often take it from one
-		// below its level; the budget's bookings keep its gate time.)
-		notBefore := cs.accrues
-		if notBefore == 0 {
-			_, notBefore = planWindow(p, r.cfg)
-		}
-		if at, booked := r.book(need, t, notBefore, cs.hash); booked {
-			cs.accrues, cs.booked = at, true
-		}
-	}
 	return syncOK
 }
 
@@ -798,13 +780,13 @@ func (r *view) take(n, need, t int64, gate borrowGate, client uint64, again bool
 	start, end := planWindow(&r.plan, r.cfg)
 	var ask *bookAsk
 	if gate.on && !r.cfg.Pace {
-		ask = &bookAsk{client: bookingClient(client), need: need, t: t, start: start, end: end, again: again}
+		ask = &bookAsk{client: uint32(client), need: need, t: t, start: start, end: end, again: again}
 	}
 	got, clipped, bookedAt, err := r.adjust(n, gate, ask)
 	if err != nil {
 		return 0, held{}, err
 	}
-	m, h := r.paced(got, t, client, again)
+	m, h := r.paced(got, t)
 	if m < got {
 		r.give(got - m)
 	}
@@ -819,17 +801,12 @@ func (r *view) take(n, need, t int64, gate borrowGate, client uint64, again bool
 	return m, h, nil
 }
 
-// unbook cancels the bookings of a client that asked at t, before the time
-// it was told (see paceTake): it does not wait for its units, so they are
-// not held back for it.
+// unbook cancels the booking of a client that asked at t, before the time
+// it was told (see settleBookings): it does not wait for its unit, so the
+// unit is not set aside for it.
 func (r *view) unbook(cs *clientState, t int64) {
 	cs.booked = false
-	if _, lends := r.pol.(lender); lends {
-		_, _, _, _ = r.adjust(0, borrowGate{}, &bookAsk{client: bookingClient(cs.hash), t: t})
-	}
-	if r.cfg.Pace {
-		_, _, _ = r.pace(cs.hash, t, 0, t, false)
-	}
+	_, _, _, _ = r.adjust(0, borrowGate{}, &bookAsk{client: uint32(cs.hash), t: t})
 }
 
 // waitsForPool reports whether a client exhausted by the borrow gate must
