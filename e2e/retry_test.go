@@ -90,9 +90,9 @@ func runRetryingClients(t *testing.T, tg *target, clients, each int) ([]retryAtt
 func TestRetryAfterHoldsForRetryingClients(t *testing.T) {
 	const clients, each = 3, 10
 	for _, c := range []struct {
-		name     string
-		cfg      map[string]any
-		target   bool // a retry's unit is its own (a share) or booked for it (the fair pool): the 95% target applies
+		name   string
+		cfg    map[string]any
+		target bool // a retry's unit is its own (a share) or booked for it (the fair pool): the 95% target applies
 	}{
 		{"seed", map[string]any{"capacity": 6, "cycle": "5s"}, true},
 		{"fair", map[string]any{"capacity": 10, "cycle": "5s", "policy": "fair"}, true},
