@@ -285,6 +285,27 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 	t.Logf("%d of %d retries after the first window succeeded, %d attempts in all", ok, retries, len(attempts))
 }
 
+// retryingRun runs three retrying clients of ten requests over two workers
+// of cfg on one store, from just after a window's start, and returns their
+// attempts, that first window, the units admitted per window and the last
+// window that admitted any.
+func retryingRun(t *testing.T, cfg Config) (attempts []retryingAttempt, k0 int64, per map[int64]int64, last int64) {
+	t.Helper()
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	start := t0.Add(5*time.Second + 20*time.Millisecond)
+	k0, _, _ = WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+	attempts = retryingClients(workers, start, 3, 10)
+	per = map[int64]int64{}
+	for _, a := range attempts {
+		if a.d.Allowed {
+			per[a.windowK]++
+			last = a.windowK
+		}
+	}
+	return attempts, k0, per, last
+}
+
 // Clients that obey Retry-After and are refused together come back
 // together: under the fair policy (10 per 5 s) the pool's next unit would
 // go to one of them only. Each refused client books its unit for the time
@@ -293,19 +314,9 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 func TestRetryingClientsSucceedUnderFair(t *testing.T) {
 	cfg := Defaults(10, 5*time.Second)
 	cfg.Policy = Fair{}
-	store := NewMemStore()
-	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
-	start := t0.Add(5*time.Second + 20*time.Millisecond)
-	k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
-	attempts := retryingClients(workers, start, 3, 10)
-	per := map[int64]int64{}
-	var last int64
+	attempts, k0, per, last := retryingRun(t, cfg)
 	retries, ok := 0, 0
 	for _, a := range attempts {
-		if a.d.Allowed {
-			per[a.windowK]++
-			last = a.windowK
-		}
 		if !a.retry || a.windowK == k0 {
 			continue
 		}
@@ -313,7 +324,7 @@ func TestRetryingClientsSucceedUnderFair(t *testing.T) {
 		if a.d.Allowed {
 			ok++
 		} else {
-			t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(start), a.d)
+			t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(t0), a.d)
 		}
 	}
 	if last < k0+2 || retries == 0 {
@@ -331,19 +342,9 @@ func TestRetryingClientsSucceedUnderFair(t *testing.T) {
 func TestRetryingClientsUsePacedCapacity(t *testing.T) {
 	cfg := Defaults(6, 5*time.Second)
 	cfg.Pace, cfg.Burst = true, 0.2
-	store := NewMemStore()
-	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
-	start := t0.Add(5*time.Second + 20*time.Millisecond)
-	k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
-	attempts := retryingClients(workers, start, 3, 10)
-	per := map[int64]int64{}
-	var last int64
+	attempts, k0, per, last := retryingRun(t, cfg)
 	retries, ok := 0, 0
 	for _, a := range attempts {
-		if a.d.Allowed {
-			per[a.windowK]++
-			last = a.windowK
-		}
 		if a.retry {
 			retries++
 			if a.d.Allowed {
