@@ -250,7 +250,6 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 	start := t0.Add(5*time.Second + 20*time.Millisecond)
 	k0, _, end0 := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
 	attempts := retryingClients(workers, start, 3, 10)
-	var retries, ok int
 	done := make([]int, 3)
 	for _, a := range attempts {
 		if a.d.Allowed {
@@ -264,16 +263,8 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 		if off := a.at.Add(a.d.RetryAfter).Sub(end0); a.d.Reason == ReasonPending && a.retry && (off < -5*time.Millisecond || off > 5*time.Millisecond) {
 			t.Errorf("client %d pending again at %v, the budget spent: Retry-After %v, want the window's end", a.client, a.at.Sub(start), a.d.RetryAfter)
 		}
-		if !a.retry || a.windowK == k0 {
-			continue
-		}
-		retries++
-		if a.d.Allowed {
-			ok++
-		} else {
-			t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(start), a.d)
-		}
 	}
+	retries, ok := retriesAfterFirst(t, attempts, k0)
 	for i, n := range done {
 		if n != 10 {
 			t.Errorf("client %d completed %d of 10", i, n)
@@ -306,16 +297,10 @@ func retryingRun(t *testing.T, cfg Config) (attempts []retryingAttempt, k0 int64
 	return attempts, k0, per, last
 }
 
-// Clients that obey Retry-After and are refused together come back
-// together: under the fair policy (10 per 5 s) the pool's next unit would
-// go to one of them only. Each refused client books its unit for the time
-// it is told, so from the second window on every retry made at
-// Retry-After succeeds.
-func TestRetryingClientsSucceedUnderFair(t *testing.T) {
-	cfg := Defaults(10, 5*time.Second)
-	cfg.Policy = Fair{}
-	attempts, k0, per, last := retryingRun(t, cfg)
-	retries, ok := 0, 0
+// retriesAfterFirst counts the retries made at Retry-After after window k0
+// and those that succeeded, and reports each that did not.
+func retriesAfterFirst(t *testing.T, attempts []retryingAttempt, k0 int64) (retries, ok int) {
+	t.Helper()
 	for _, a := range attempts {
 		if !a.retry || a.windowK == k0 {
 			continue
@@ -327,6 +312,19 @@ func TestRetryingClientsSucceedUnderFair(t *testing.T) {
 			t.Errorf("client %d's retry at %v, when told, refused: %+v", a.client, a.at.Sub(t0), a.d)
 		}
 	}
+	return retries, ok
+}
+
+// Clients that obey Retry-After and are refused together come back
+// together: under the fair policy (10 per 5 s) the pool's next unit would
+// go to one of them only. Each refused client books its unit for the time
+// it is told, so from the second window on every retry made at
+// Retry-After succeeds.
+func TestRetryingClientsSucceedUnderFair(t *testing.T) {
+	cfg := Defaults(10, 5*time.Second)
+	cfg.Policy = Fair{}
+	attempts, k0, per, last := retryingRun(t, cfg)
+	retries, ok := retriesAfterFirst(t, attempts, k0)
 	if last < k0+2 || retries == 0 {
 		t.Fatalf("done by window %d with %d retries after the first: too little to show anything", last-k0, retries)
 	}
