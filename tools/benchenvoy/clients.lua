@@ -47,7 +47,7 @@ end
 function done(summary, latency, _)
 	local e = summary.errors
 	io.write(string.format(
-		"benchenvoy: requests=%d duration_us=%d connect=%d read=%d write=%d timeout=%d non2xx3xx=%d p50_us=%d p99_us=%d\n",
+		"benchenvoy: requests=%d duration_us=%d connect=%d read=%d write=%d timeout=%d non2xx3xx=%d p50_us=%d p99_us=%d p999_us=%d\n",
 		summary.requests, summary.duration, e.connect, e.read, e.write, e.timeout, e.status,
-		latency:percentile(50), latency:percentile(99)))
+		latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
 end

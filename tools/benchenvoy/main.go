@@ -54,6 +54,7 @@ func main() {
 	flag.StringVar(&o.Route, "route", RouteDirect, "ingress route: direct (direct_response) or proxy (the shipped hop to the demo upstream)")
 	flag.StringVar(&o.Dir, "logs", "", "directory for Envoy configs and logs (default a temporary one)")
 	only := flag.String("only", "", "comma-separated variants to measure besides the baselines local_ratelimit, noop and borrowcycle (default all)")
+	flag.BoolVar(&o.Scale, "scale", false, "add the scale variants: 50, 10,000 and 100,000 known clients with 10 s windows, 50 and 10,000 with 1 s windows, and the flood with 1 s windows")
 	flag.BoolVar(&o.Profile, "profile", false, "after the rounds, sample each Envoy with perf and split its CPU per request into Wasm guest, Envoy and kernel")
 	flag.Parse()
 	if *only != "" {

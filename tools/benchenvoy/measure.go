@@ -94,7 +94,7 @@ type wrkResult struct {
 	duration                      time.Duration
 	connect, read, write, timeout uint64
 	non2xx3xx                     uint64
-	p50, p99                      time.Duration
+	p50, p99, p999                time.Duration
 	cpu                           time.Duration // wrk's own user+system time (rusage)
 	wall                          time.Duration // wrk's run, start to exit
 }
@@ -159,7 +159,7 @@ func parseWrk(out string) (wrkResult, error) {
 			}
 			vals[k] = n
 		}
-		want := []string{"requests", "duration_us", "connect", "read", "write", "timeout", "non2xx3xx", "p50_us", "p99_us"}
+		want := []string{"requests", "duration_us", "connect", "read", "write", "timeout", "non2xx3xx", "p50_us", "p99_us", "p999_us"}
 		for _, k := range want {
 			if _, ok := vals[k]; !ok {
 				return r, fmt.Errorf("wrk result line lacks %s: %q", k, line)
@@ -169,7 +169,7 @@ func parseWrk(out string) (wrkResult, error) {
 		return wrkResult{
 			requests: vals["requests"], duration: us("duration_us"),
 			connect: vals["connect"], read: vals["read"], write: vals["write"], timeout: vals["timeout"],
-			non2xx3xx: vals["non2xx3xx"], p50: us("p50_us"), p99: us("p99_us"),
+			non2xx3xx: vals["non2xx3xx"], p50: us("p50_us"), p99: us("p99_us"), p999: us("p999_us"),
 		}, nil
 	}
 	return r, errors.New("wrk printed no result line (is clients.lua's done hook running?)")

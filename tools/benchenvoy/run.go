@@ -52,7 +52,9 @@ type Options struct {
 	Only []string
 	// Profile samples each variant's Envoy with perf after the rounds
 	// (profile.go).
-	Profile  bool
+	Profile bool
+	// Scale adds the scale variants (variants.go).
+	Scale    bool
 	Progress io.Writer // progress lines; the table is the caller's
 }
 
@@ -149,6 +151,7 @@ type sample struct {
 	cpuShare  float64       // Envoy CPU time / wall time of the interval
 	wrkShare  float64       // wrk's CPU time / its wall time
 	p50, p99  time.Duration
+	p999      time.Duration
 	statuses  statusCounts
 }
 
@@ -533,6 +536,7 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 		wrkShare:  w.cpu.Seconds() / w.wall.Seconds(),
 		p50:       w.p50,
 		p99:       w.p99,
+		p999:      w.p999,
 		statuses:  st,
 	}, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -23,13 +24,17 @@ type Row struct {
 	CPUPerReq     time.Duration
 	CPUOverNoop   time.Duration // CPU per request minus the no-op filter's
 	P50, P99      time.Duration
+	P999          time.Duration
 	P99vsNoop     float64
-	EnvoyCPUShare float64 // fraction of one CPU Envoy used while loaded
-	WrkCPUShare   float64 // fraction of one CPU wrk used
-	Responses     uint64  // summed over rounds
-	Status        int     // the status every response had (0 for a mixed variant)
-	Classes       string  // the status classes allowed, e.g. "2xx" or "2xx+4xx"
-	Rejected      uint64  // 4xx responses, summed over rounds
+	// QPSvsBase and P999vsBase divide a scale variant by its scaleBase in
+	// the same round (NaN for the others).
+	QPSvsBase, P999vsBase float64
+	EnvoyCPUShare         float64 // fraction of one CPU Envoy used while loaded
+	WrkCPUShare           float64 // fraction of one CPU wrk used
+	Responses             uint64  // summed over rounds
+	Status                int     // the status every response had (0 for a mixed variant)
+	Classes               string  // the status classes allowed, e.g. "2xx" or "2xx+4xx"
+	Rejected              uint64  // 4xx responses, summed over rounds
 }
 
 // Rows computes the table.
@@ -42,6 +47,10 @@ func (r *Results) Rows() []Row {
 	rows := make([]Row, len(r.Variants))
 	for i, v := range r.Variants {
 		ss := r.Samples[i]
+		var base []sample
+		if b := idx(v.scaleBase); v.scaleBase != "" && b >= 0 {
+			base = r.Samples[b]
+		}
 		of := func(f func(sample) float64) float64 { return median(ss, f) }
 		paired := func(base []sample, f func(a, b sample) float64) float64 {
 			vals := make([]float64, len(ss))
@@ -66,13 +75,20 @@ func (r *Results) Rows() []Row {
 			CPUOverNoop:   time.Duration(paired(noop, func(a, b sample) float64 { return float64(a.cpuPerReq - b.cpuPerReq) })),
 			P50:           time.Duration(of(func(s sample) float64 { return float64(s.p50) })),
 			P99:           time.Duration(of(func(s sample) float64 { return float64(s.p99) })),
+			P999:          time.Duration(of(func(s sample) float64 { return float64(s.p999) })),
 			P99vsNoop:     paired(noop, func(a, b sample) float64 { return float64(a.p99) / float64(b.p99) }),
+			QPSvsBase:     math.NaN(),
+			P999vsBase:    math.NaN(),
 			EnvoyCPUShare: of(func(s sample) float64 { return s.cpuShare }),
 			WrkCPUShare:   of(func(s sample) float64 { return s.wrkShare }),
 			Responses:     responses,
 			Status:        v.expect.status,
 			Classes:       v.expect.classes(),
 			Rejected:      rejected,
+		}
+		if base != nil {
+			rows[i].QPSvsBase = paired(base, func(a, b sample) float64 { return a.qps / b.qps })
+			rows[i].P999vsBase = paired(base, func(a, b sample) float64 { return float64(a.p999) / float64(b.p999) })
 		}
 	}
 	return rows
@@ -114,19 +130,20 @@ func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "rounds:  %d interleaved × %s per variant, after %s warm-up each; figures are medians over rounds\n\n", o.Rounds, o.Duration, o.Warmup)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\t×borrowcycle\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
+	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\t×borrowcycle\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99.9 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
 	rows := r.Rows()
 	lowest := 1.0
 	for _, row := range rows {
 		lowest = min(lowest, row.EnvoyCPUShare)
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %s\t\n",
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %s\t\n",
 			row.Name, row.QPS, row.QPSvsNoop, row.QPSvsLocalRL, row.QPSvsDefaults, micros(row.CPUPerReq, 2),
-			float64(row.CPUOverNoop)/float64(time.Microsecond), micros(row.P50, 0), micros(row.P99, 0),
+			float64(row.CPUOverNoop)/float64(time.Microsecond), micros(row.P50, 0), micros(row.P99, 0), micros(row.P999, 0),
 			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.WrkCPUShare, row.Responses, row.Classes)
 	}
 	tw.Flush()
+	r.writeScale(w, rows)
 
-	fmt.Fprintln(w, "\nreq/s, p50, p99: wrk (closed loop, at saturation, so p50 is mostly connections ÷ req/s).")
+	fmt.Fprintln(w, "\nreq/s, p50, p99, p99.9: wrk (closed loop, at saturation, so p50 is mostly connections ÷ req/s).")
 	fmt.Fprintln(w, "CPU µs/req: Envoy's utime+stime (/proc/<pid>/stat, all threads) over the measured interval ÷ responses it sent.")
 	fmt.Fprintln(w, "×noop, ×local_rl, ×borrowcycle, Δµs, p99 ×noop: per round against the baseline in the same round, median over rounds.")
 	fmt.Fprintln(w, "Envoy CPU, wrk CPU: share of one CPU each used while loaded. Envoy well below 100% means something else was")
@@ -162,3 +179,25 @@ func (r *Results) WriteTable(w io.Writer) {
 // saturated is the Envoy CPU share below which the table warns that Envoy
 // was not the bottleneck.
 const saturated = 0.9
+
+// writeScale prints the scale variants against the 50-client row of their
+// cycle, round by round (nothing without -scale).
+func (r *Results) writeScale(w io.Writer, rows []Row) {
+	var scale []Row
+	for i, row := range rows {
+		if r.Variants[i].scaleBase != "" {
+			scale = append(scale, row)
+		}
+	}
+	if len(scale) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nscale: each row against the 50-client row of its cycle (scale-50, scale-50-1s) in the same round, median over rounds")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "variant\treq/s\t× 50 clients\tp99 µs\tp99.9 µs\tp99.9 × 50 clients\t429s\t")
+	for _, row := range scale {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%.2f\t%.1f%%\t\n", row.Name, row.QPS, row.QPSvsBase,
+			micros(row.P99, 0), micros(row.P999, 0), row.P999vsBase, 100*float64(row.Rejected)/float64(max(row.Responses, 1)))
+	}
+	tw.Flush()
+}

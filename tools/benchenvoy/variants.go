@@ -28,6 +28,30 @@ const (
 	VariantFlood           = "borrowcycle-flood"
 )
 
+// The scale variants (-scale): the defaults with every id a known client,
+// as the number of clients and the cycle grow, and the flood with 1 s
+// windows. Each load builds its ids per request (clients.lua's --flood
+// mode, ids in order, so each repeats once every n requests), and each row
+// is divided by the 50-id row of its cycle in the same round (scaleBase).
+const (
+	VariantScale50      = "scale-50"
+	VariantScale10k     = "scale-10k"
+	VariantScale100k    = "scale-100k"
+	VariantScale50s1    = "scale-50-1s"
+	VariantScale10ks1   = "scale-10k-1s"
+	VariantScaleFlood1s = "scale-flood-1s"
+)
+
+// Scale configurations: capacity out of reach, max_clients the most
+// allowed (100,000), so every id is counted once it has asked twice
+// (newcomers are proven by asking again); the flood's table holds 10,000
+// against 100,000 ids, with a capacity of 100,000 per second.
+const (
+	scale10sConfig     = `{"capacity": 1000000000000, "cycle": "10s", "max_clients": 100000}`
+	scale1sConfig      = `{"capacity": 1000000000000, "cycle": "1s", "max_clients": 100000}`
+	scaleFlood1sConfig = `{"capacity": 100000, "cycle": "1s", "max_clients": 10000}`
+)
+
 // Plugin configurations (docs/contract.md). The admitting ones leave every
 // option at its default but the capacity, which no cycle can use up, so all
 // 50 clients are admitted throughout.
@@ -82,6 +106,9 @@ type variant struct {
 	// this many ids built per request (clients.lua's flood mode).
 	flood  int
 	config string // the plugin configuration, for the table's legend
+	// scaleBase names the variant a scale variant is divided by, in the
+	// same round (×base in the table).
+	scaleBase string
 	// filter edits the shipped bootstrap's Wasm filter into this variant's.
 	filter func(*envoyrun.Bootstrap) error
 	expect expectation
@@ -104,7 +131,7 @@ type expectation struct {
 }
 
 func variants(o Options) []variant {
-	return []variant{
+	vs := []variant{
 		{name: VariantNone, filter: func(b *envoyrun.Bootstrap) error { return b.ReplaceWasmFilter(nil) },
 			expect: expectation{status: 200, probe: headerAbsent("x-ratelimit-limit")}},
 		{name: VariantLocalRL, filter: func(b *envoyrun.Bootstrap) error {
@@ -127,20 +154,41 @@ func variants(o Options) []variant {
 		{name: VariantFlood, config: floodConfig, filter: wasmFilter(o.Wasm, floodConfig), flood: floodIDs,
 			expect: expectation{mixed: []int{200, 429}, mixedProbe: floodAnswer}},
 	}
+	if !o.Scale {
+		return vs
+	}
+	scale := func(name, config string, ids int, base string) variant {
+		return variant{name: name, config: config, filter: wasmFilter(o.Wasm, config), flood: ids, scaleBase: base,
+			expect: expectation{mixed: []int{200, 429}, mixedProbe: floodAnswer}}
+	}
+	return append(vs,
+		scale(VariantScale50, scale10sConfig, 50, VariantScale50),
+		scale(VariantScale10k, scale10sConfig, 10000, VariantScale50),
+		scale(VariantScale100k, scale10sConfig, 100000, VariantScale50),
+		scale(VariantScale50s1, scale1sConfig, 50, VariantScale50s1),
+		scale(VariantScale10ks1, scale1sConfig, 10000, VariantScale50s1),
+		scale(VariantScaleFlood1s, scaleFlood1sConfig, floodIDs, VariantScale50s1),
+	)
 }
 
 // baselineVariants are the variants every table divides by, so -only
 // always keeps them.
 var baselineVariants = []string{VariantLocalRL, VariantNoop, VariantDefaults}
 
-// selected keeps the variants named in only and the baselines, in table
-// order; an empty only keeps them all.
+// selected keeps the variants named in only, the baselines, and the base
+// of each scale variant kept, in table order; an empty only keeps them all.
 func selected(vs []variant, only []string) []variant {
 	if len(only) == 0 {
 		return vs
 	}
+	keep := slices.Clone(only)
+	for _, v := range vs {
+		if slices.Contains(only, v.name) && v.scaleBase != "" {
+			keep = append(keep, v.scaleBase)
+		}
+	}
 	return slices.DeleteFunc(vs, func(v variant) bool {
-		return !slices.Contains(only, v.name) && !slices.Contains(baselineVariants, v.name)
+		return !slices.Contains(keep, v.name) && !slices.Contains(baselineVariants, v.name)
 	})
 }
 
@@ -148,7 +196,7 @@ func selected(vs []variant, only []string) []variant {
 func unknownVariants(only []string) []string {
 	var bad []string
 	for _, name := range only {
-		if !slices.ContainsFunc(variants(Options{}), func(v variant) bool { return v.name == name }) {
+		if !slices.ContainsFunc(variants(Options{Scale: true}), func(v variant) bool { return v.name == name }) {
 			bad = append(bad, name)
 		}
 	}
