@@ -141,3 +141,21 @@ func TestIdentityEdits(t *testing.T) {
 		t.Errorf("the TLS chain shares the first chain's maps")
 	}
 }
+
+// Ports handed out to Envoys started side by side never repeat, even when
+// a port closed after one choice is free again for the next.
+func TestFreePortsNeverRepeat(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 50; i++ {
+		ports, err := freePorts(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -254,8 +255,21 @@ func Validate(ctx context.Context, envoy string, cfg []byte, dir, name string) (
 	return string(out), err
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
+// handedOut are the ports freePorts has returned in this process. Envoys
+// started side by side choose their ports in parallel, and a port closed
+// by one choice is free again for the next until its Envoy binds it; two
+// Envoys given one port both listen on it (SO_REUSEPORT) and split its
+// connections. So a port is handed out once per process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePorts returns n distinct loopback ports that were free a moment ago
+// and that it never returned before in this process.
 func freePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {
@@ -269,7 +283,10 @@ func freePorts(n int) ([]int, error) {
 			return nil, err
 		}
 		ls = append(ls, l) // held open until all are chosen, so they differ
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		if port := l.Addr().(*net.TCPAddr).Port; !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			ports = append(ports, port)
+		}
 	}
 	return ports, nil
 }
