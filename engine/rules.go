@@ -1497,17 +1497,17 @@ func gateAt(f float64, t, start, end int64) int64 {
 	return max(t, start+int64(math.Ceil(f*float64(end-start)))) + 1
 }
 
-// Bookings of the window budget. Under a lending policy, a client the
-// borrow gate refuses is told when its next unit accrues (budgetMoreAt),
-// "if nobody else takes one first": the pool it would borrow from is
-// everyone's, and the others take from it meanwhile. So the units it asked
-// for are booked for it then: from its time on, until it comes for them
-// or bookingHold has passed, the others' takes see them as granted (due),
-// and it takes them past the gate. Before its time they are not set
-// aside: the pool lends them as usual until they would have accrued to
-// it. A client that asks again before its time does not wait for them:
+// Bookings of the window budget. Under a lending policy (unpaced), a
+// client the borrow gate refuses is told when its next unit accrues
+// (budgetMoreAt), "if nobody else takes one first": the pool it would
+// borrow from is everyone's, and the others take from it meanwhile. So the
+// unit it asked for is booked for it then: from its time on, until it
+// comes for it or bookingHold has passed, the others' takes see it as
+// granted (due), and it takes it past the gate. Before its time it is not
+// set aside: the pool lends it as usual until it would have accrued to the
+// client. A client that asks again before its time does not wait for it:
 // its booking is cancelled, and it is not booked again before then. One
-// that does not come within bookingHold loses its booking (the units stay
+// that does not come within bookingHold loses its booking (the unit stays
 // in the budget). One booking per client, at most maxBookings per window.
 //
 // The limit's pacer books nothing: a slot set aside for a client that then
@@ -1586,11 +1586,11 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 
 // bookUnits books ask's unit in v for when gate next lets one through, if
 // it does in this window and the budget has it; it returns when (0: not
-// booked). Only a request of one unit is booked: the gate's next moment
-// is exact for one unit, and a booking of many, claimed past the gate,
-// would take the late pool in bulk from the clients the gate ranks first. (A client that
-// holds a booking, or a cancellation, is not booked again: settleBookings
-// has said so first.)
+// booked). Only a request of one unit is booked: the gate's next moment is
+// exact for one unit, and a booking of many, claimed past the gate, would
+// take the late pool in bulk from the clients the gate ranks first. (A
+// client that holds a booking, or a cancelled one, is not booked again:
+// the caller learns so from settleBookings first.)
 func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, left int64) int64 {
 	if ask.need != 1 || granted >= left || len(v.booked) >= maxBookings {
 		return 0
