@@ -154,12 +154,11 @@ func TestRetryAfterHoldsForRetryingClients(t *testing.T) {
 			}
 			// The first window is the limit's cold start: the clients arrive
 			// together, and newcomers told to wait for the re-plan may find
-			// the window spent by then (the contract's Responses section).
-			// From the second window on, the unit a retry was told of is its
-			// own (a share) or booked for it (the fair pool), so nearly every
-			// retry succeeds. Under pacing it is the limit's next unit, which
-			// the clients refused with it contend for (the contract's
-			// Responses section).
+			// the window spent by then. From the second window on, the unit a
+			// retry was told of is its own (a share) or booked for it (the
+			// fair pool), so nearly every retry succeeds; under pacing it is
+			// the limit's next unit, which the clients refused with it contend
+			// for (the contract's Responses section says both).
 			if c.target && float64(laterOK) < 0.95*float64(later) {
 				t.Errorf("%d of %d retries made at Retry-After after the first window succeeded, want at least 95%%", laterOK, later)
 			}

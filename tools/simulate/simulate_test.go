@@ -358,8 +358,8 @@ func TestFairTargets(t *testing.T) {
 
 // Clients that retry when Retry-After says, one request at a time, get in
 // at that retry: at least 95% of such retries succeed in every shipped
-// scenario, under every policy (under the fair policy, because the units a
-// refused client is told of are booked for it).
+// scenario, under every policy (under the fair policy, because the unit a
+// refused client is told of is booked for it).
 func TestRetryAfterTargets(t *testing.T) {
 	scs, err := ShippedScenarios()
 	if err != nil {
