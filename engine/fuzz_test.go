@@ -59,6 +59,7 @@ func FuzzCodecs(f *testing.F) {
 	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2}))
 	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2, booked: []booking{{client: 4, n: 1, at: 9}, {client: 5, at: 7}}}))
 	f.Add(appendBucket(nil, &bucketVal{overflow: true, entries: []entry{{hash: 7, share: 3, granted: 1}}}))
+	f.Add(appendPace(nil, pace{tat: 11, turns: []turn{{client: 2, at: 12}, {client: 3, at: 14}}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var p plan
@@ -70,6 +71,11 @@ func FuzzCodecs(f *testing.F) {
 		if v, err := decodeBudget(raw); err == nil {
 			if got := appendBudget(nil, v); string(got) != string(raw) {
 				t.Fatalf("budget does not round-trip")
+			}
+		}
+		if v, err := decodePace(raw); err == nil {
+			if got := appendPace(nil, v); string(got) != string(raw) {
+				t.Fatalf("pace does not round-trip")
 			}
 		}
 		var b bucketVal

@@ -437,7 +437,7 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	if cs.fresh && cs.share == 0 {
 		reason = ReasonPending
 	}
-	d := l.reject(t, reason, retryAt{accrues: cs.accrues, spent: true})
+	d := l.reject(t, reason, retryAt{accrues: cs.accrues, turn: cs.turn, spent: true})
 	d.Limit = cs.share
 	d.Plan = cs.plan
 	return d

@@ -1,69 +1,120 @@
 package engine
 
 // The pace record (recordKey "pace", with Config.Pace): the theoretical
-// arrival time of the limit's cell rate algorithm (rules.go holds the
-// arithmetic). Written by paced only.
+// arrival time of the limit's cell rate algorithm, and the turns it gave
+// refused clients (rules.go holds the arithmetic). Written by paced only.
 
-import "encoding/binary"
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"slices"
+)
 
-const paceVersion = 2
+const (
+	paceVersion = 3
+	paceLen     = 10 + sealLen // version, tat, number of turns, seal
+	paceTurnLen = 12           // client (4), time (8)
+)
 
-func appendPace(dst []byte, tat int64) []byte {
-	return seal(binary.LittleEndian.AppendUint64(append(dst[:0], paceVersion), uint64(tat)))
+// pace is the pace record's value.
+type pace struct {
+	tat   int64
+	turns []turn // sorted by time (turnAt)
 }
 
-func decodePace(b []byte) (int64, error) {
-	if len(b) != 9+sealLen || b[0] != paceVersion {
-		return 0, errCorrupt
+func appendPace(dst []byte, v pace) []byte {
+	dst = binary.LittleEndian.AppendUint64(append(dst[:0], paceVersion), uint64(v.tat))
+	dst = append(dst, byte(len(v.turns)))
+	for _, u := range v.turns {
+		dst = binary.LittleEndian.AppendUint32(dst, u.client)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(u.at))
+	}
+	return seal(dst)
+}
+
+func decodePace(b []byte) (pace, error) {
+	if len(b) < paceLen || b[0] != paceVersion || int(b[9]) > maxTurns || len(b) != paceLen+int(b[9])*paceTurnLen {
+		return pace{}, fmt.Errorf("%w: pace of %d bytes", errCorrupt, len(b))
 	}
 	b, err := unseal(b)
 	if err != nil {
-		return 0, err
+		return pace{}, err
 	}
-	return int64(binary.LittleEndian.Uint64(b[1:])), nil
+	le := binary.LittleEndian
+	v := pace{tat: int64(le.Uint64(b[1:]))}
+	for i := 0; i < int(b[9]); i++ {
+		e := b[10+i*paceTurnLen:]
+		v.turns = append(v.turns, turn{client: le.Uint32(e), at: int64(le.Uint64(e[4:]))})
+	}
+	if !slices.IsSortedFunc(v.turns, func(a, b turn) int { return cmp.Compare(a.at, b.at) }) {
+		return pace{}, fmt.Errorf("%w: impossible pace", errCorrupt)
+	}
+	return v, nil
 }
 
 // paced passes got units just taken from the window budget through the
-// pacing key: it returns how many pacing lets through (the caller gives the
-// rest back to the budget). When pacing holds units back, it says so, and
-// when the next one fits, for the client's Retry-After. An unreadable
-// pace key is rewritten from now: pacing is a smoothing bound, and the
-// window budget still holds.
-func (r *view) paced(got, t int64) (int64, held) {
-	if !r.cfg.Pace || got <= 0 {
+// pacer for client at t: it returns how many pacing lets through (the
+// caller gives the rest back to the budget). A client refused under pacing
+// gets its turn (see turnAt): when the pacer holds back the request's one
+// unit, or, with got 0, when something else refused it and it could
+// succeed alone from after. What held it back, and its turn, are returned
+// for its Retry-After. A client that takes a unit gives up its turn. An
+// unreadable pace key is rewritten from now: pacing is a smoothing bound,
+// and the window budget still holds.
+func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
+	if !r.cfg.Pace || (got <= 0 && after <= 0) {
 		return got, held{}
 	}
 	key := r.paceKey
 	pp := paceParams(r.cfg)
-	var m, next int64
+	// A turn is kept at most two cycles ahead: Retry-After names the
+	// window's end and the next window at the latest (retryAfter).
+	horizon := 2 * int64(r.cfg.Cycle)
+	var m, next, at int64
 	err := r.update(key, "pace", nil, func(st stored) ([]byte, error) {
-		raw, missing := st.raw, st.missing
-		var tat int64
-		if !missing {
+		var v pace
+		if !st.missing {
 			var err error
-			if tat, err = decodePace(raw); err != nil {
+			if v, err = decodePace(st.raw); err != nil {
 				r.obs.ValueReset(key, err)
-				tat = 0
-			} else if tat-t > int64(r.cfg.Cycle)+pp.tolerance {
+				v = pace{}
+			} else if v.tat-t > int64(r.cfg.Cycle)+pp.tolerance {
 				// No unit is paced more than a cycle past its tolerance: this
 				// pace was set by a clock that read far ahead. Kept, it would
 				// admit nothing until the clock got there.
 				r.obs.ValueReset(key, errCorrupt)
-				tat = 0
+				v = pace{}
 			}
 		}
-		m, next = paceFit(tat, t, got, pp)
-		if m == 0 {
-			return nil, nil
+		given := len(v.turns)
+		v.turns = settleTurns(v.turns, client, t, 2*horizon)
+		m, next, at = 0, v.tat, 0
+		if got > 0 {
+			m, next = paceFit(v.tat, t, got, pp)
+			v.tat = next
 		}
-		r.buf = appendPace(r.buf, next)
+		switch {
+		case m < got && got == 1:
+			at, v.turns = addTurn(v.turns, client, next, t, t+pp.interval, horizon, pp)
+		case got == 0:
+			at, v.turns = addTurn(v.turns, client, next, t, after, horizon, pp)
+		}
+		if m == 0 && at == 0 && len(v.turns) == given {
+			return nil, nil // nothing changed
+		}
+		r.buf = appendPace(r.buf, v)
 		return r.buf, nil
 	})
-	if err != nil {
-		m = 0
-	}
-	if m < got {
+	switch {
+	case err != nil:
+		return 0, held{}
+	case m < got && at > 0:
+		return m, held{clipped: true, paceAt: at, turn: true}
+	case m < got:
 		return m, held{clipped: true, paceAt: t + max(pp.interval, paceWait(next, t, pp.tolerance))}
+	case got == 0:
+		return 0, held{paceAt: at, turn: true}
 	}
 	return m, held{}
 }

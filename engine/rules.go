@@ -181,6 +181,7 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 // in its home bucket were what was full).
 type retryAt struct {
 	accrues int64
+	turn    bool // accrues is the client's turn at the pacer (turnAt), which may be in the next window
 	spent   bool
 	room    bool
 }
@@ -191,6 +192,7 @@ type retryAt struct {
 //   - over_limit: until the client's next unit accrues (the fair policy's
 //     borrow gate, pacing, or in fleet mode the next lease), else until
 //     the window's end: its share, or the window's budget, is spent;
+//     paced, until its turn at the pacer, which may be in the next window;
 //   - pending: until the re-plan that can count it (min_cycle after the
 //     last one), or the window's end when the window's budget is spent,
 //     since a newcomer counted then gets nothing before it; a newcomer
@@ -205,6 +207,9 @@ func retryAfter(reason Reason, p *plan, cfg *Config, t int64, at retryAt) time.D
 	end := untilWindowEnd(p, cfg, t)
 	switch reason {
 	case ReasonOverLimit, ReasonPending:
+		if at.accrues > t && at.turn {
+			return min(time.Duration(at.accrues-t), end+cfg.Cycle)
+		}
 		if at.accrues > t {
 			return min(time.Duration(at.accrues-t), end)
 		}
@@ -1510,11 +1515,7 @@ func gateAt(f float64, t, start, end int64) int64 {
 // that does not come within bookingHold loses its booking (the unit stays
 // in the budget). One booking per client, at most maxBookings per window.
 //
-// The limit's pacer books nothing: a slot set aside for a client that then
-// does not come is lost to every client (the pacer forfeits what is not
-// taken in time), so a few counted clients that never come back could
-// waste most of a small paced limit. Its grace (paceParams) is what keeps
-// lock-step retries from wasting the capacity.
+// The limit's pacer books nothing (see "Turns of the limit's pacer").
 
 // maxBookings bounds the bookings of a window, so that the budget record,
 // read and written by every take, stays small.
@@ -1646,6 +1647,112 @@ func paceFit(tat, now, n int64, pp paceParam) (m, next int64) {
 
 // paceWait is how long after now the next unit fits under tat.
 func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
+
+// Turns of the limit's pacer. A client refused under pacing is told when
+// it may come back. Clients refused together would be told one moment,
+// come back together, and find one unit between them. So each is given a
+// turn: the earliest moment, no sooner than it could succeed alone, at
+// which one more unit fits the pacer after the turns already given, each
+// of their clients taking one unit at its turn (turnAt). A turn sets
+// nothing aside: whoever comes takes a unit, so a client that does not
+// come back costs the others nothing but the wait of those told to come
+// after it, at most bookingHold. (A unit set aside for a client that does
+// not come would be lost to all: the pacer forfeits what is not taken in
+// time.) A client's turn is dropped when it takes a unit, when it is
+// refused again (it gets a new one), and bookingHold after its time. One
+// turn per client, at most maxTurns; only requests of one unit get one.
+const maxTurns = 8
+
+// turn is when the pacer told a refused client to come back.
+type turn struct {
+	client uint32 // the client's hash, truncated
+	at     int64
+}
+
+// settleTurns drops from turns (sorted by time) client's own, those whose
+// clients did not come within bookingHold of their time, at t, and those
+// further ahead than horizon, which a clock that read far ahead gave.
+func settleTurns(turns []turn, client uint32, t, horizon int64) []turn {
+	kept := turns[:0]
+	for _, u := range turns {
+		if u.client != client && t <= u.at+bookingHold && u.at-t <= horizon {
+			kept = append(kept, u)
+		}
+	}
+	return kept
+}
+
+// turnAt is the turn of a client that could succeed alone from x, at now,
+// with the pacer at tat and turns (sorted by time) given. A client comes
+// back a whole number of seconds after it was refused (Retry-After counts
+// whole seconds, rounded up), and the pacer forfeits a unit not taken in
+// time, so its turn, at, is such a moment: the earliest, no sooner than
+// x, at which its unit fits when every client with a turn comes at its
+// own (or now, when that is past) and takes one, and at which it takes no
+// unit that a turn that fits without it needs. told is the moment to tell
+// it: the earliest at which its unit fits in that order, no sooner than x
+// and within the second before at, so that a client rounding up to whole
+// seconds comes at at (and one held in the filter, at told).
+func turnAt(tat, now, x int64, turns []turn, pp paceParam) (told, at int64) {
+	var fits [maxTurns]bool // which turns fit without the new one
+	for i, tt := 0, tat; i < len(turns) && i < maxTurns; i++ {
+		if m, next := paceFit(tt, max(turns[i].at, now), 1, pp); m == 1 {
+			fits[i], tt = true, next
+		}
+	}
+	sec := int64(time.Second)
+	at = now + (max(x, now)-now+sec-1)/sec*sec
+	// Each pass moves at a second or more later, past a turn or to when
+	// its unit fits: a few passes settle it.
+	for range 2*maxTurns + 2 {
+		later, placed, tt, from := int64(0), false, tat, int64(0)
+		for i := 0; i <= len(turns) && later == 0; i++ {
+			if !placed && (i == len(turns) || turns[i].at > at) {
+				placed = true
+				m, next := paceFit(tt, at, 1, pp)
+				if m == 0 {
+					later = tt - pp.tolerance // when its unit fits
+					break
+				}
+				from, tt = tt-pp.tolerance, next
+			}
+			if i == len(turns) || i >= maxTurns {
+				break
+			}
+			m, next := paceFit(tt, max(turns[i].at, now), 1, pp)
+			switch {
+			case m == 1:
+				tt = next
+			case fits[i]:
+				later = turns[i].at + 1 // it would take this turn's unit
+			}
+		}
+		if later == 0 {
+			return max(x, from, at-sec+1, now), at
+		}
+		at = now + (max(later, at+1)-now+sec-1)/sec*sec
+	}
+	return at, at
+}
+
+// addTurn gives client its turn from x in turns (sorted by time, its own
+// settled already) and returns when to tell it (turnAt), with the turns.
+// A turn is kept only within horizon of now, and while fewer than
+// maxTurns are; otherwise the client is told it all the same.
+func addTurn(turns []turn, client uint32, tat, now, x, horizon int64, pp paceParam) (int64, []turn) {
+	told, at := turnAt(tat, now, x, turns, pp)
+	if len(turns) >= maxTurns || at-now > horizon {
+		return told, turns
+	}
+	i := len(turns)
+	for i > 0 && turns[i-1].at > at {
+		i--
+	}
+	turns = append(turns, turn{})
+	copy(turns[i+1:], turns[i:])
+	turns[i] = turn{client: client, at: at}
+	return told, turns
+}
 
 // paceParam is the cell rate algorithm's arithmetic for one config.
 type paceParam struct {

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// Clients refused one after another by a spent pacer, each told its turn
+// from a moment of its own, all get in when each comes at its turn (whole
+// seconds after the refusal, as Retry-After counts, rounded up from what
+// it is told): no two are told a unit only one of them can have.
+func TestTurnsLetEveryToldClientIn(t *testing.T) {
+	sec := int64(time.Second)
+	for _, c := range []struct {
+		capacity int64
+		cycle    time.Duration
+		burst    float64
+	}{{6, 5 * time.Second, 0.2}, {100, 10 * time.Second, 0.1}, {10, time.Second, 0.5}, {3, 10 * time.Second, 0}} {
+		cfg := Defaults(c.capacity, c.cycle)
+		cfg.Pace, cfg.Burst = true, c.burst
+		pp := paceParams(&cfg)
+		rng := rand.New(rand.NewPCG(uint64(c.capacity), 7))
+		for run := 0; run < 200; run++ {
+			now := t0.UnixNano() + rng.Int64N(sec)
+			tat := now + pp.tolerance + 1 + rng.Int64N(pp.interval) // nothing fits now
+			var turns []turn
+			for i := range maxTurns {
+				x := now
+				if rng.IntN(2) == 0 {
+					x += rng.Int64N(int64(cfg.Cycle))
+				}
+				var told int64
+				told, turns = addTurn(turns, uint32(i+1), tat, now, x, 2*int64(cfg.Cycle), pp)
+				at := int64(-1)
+				for _, u := range turns {
+					if u.client == uint32(i+1) {
+						at = u.at
+					}
+				}
+				if at < 0 && told-now > 2*int64(cfg.Cycle)-sec && told >= x {
+					continue // beyond the horizon: told, not kept
+				}
+				if at < x || (at-now)%sec != 0 || told < x || told > at || told <= at-sec {
+					t.Fatalf("%+v: turn %v after now, told %v, for a client that could come %v after now: want whole seconds, no sooner, and told within the second before", c, time.Duration(at-now), time.Duration(told-now), time.Duration(x-now))
+				}
+			}
+			tt := tat
+			for _, u := range turns {
+				m, next := paceFit(tt, u.at, 1, pp)
+				if m != 1 {
+					t.Fatalf("%+v: client %d, come at its turn %v after now, finds no unit (turns %v)", c, u.client, time.Duration(u.at-now), turns)
+				}
+				tt = next
+			}
+		}
+	}
+}
+
+// A turn is the earliest that fits: a client that could come before a
+// turn given earlier, with a unit for both, is not put behind it; one
+// refused with another by a pacer of a unit every 833 ms comes a second
+// after it.
+func TestTurnAtIsTheEarliestThatFits(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	cfg.Pace, cfg.Burst = true, 0.2
+	pp := paceParams(&cfg)
+	sec := int64(time.Second)
+	now := t0.UnixNano()
+	idle := now - 10*sec
+	if _, got := turnAt(idle, now, now, nil, pp); got != now {
+		t.Errorf("an idle pacer: turn %v after now, want now", time.Duration(got-now))
+	}
+	if _, got := turnAt(idle, now, now, []turn{{client: 1, at: now + 3*sec}}, pp); got != now {
+		t.Errorf("an idle pacer with a turn in 3 s: turn %v after now, want now", time.Duration(got-now))
+	}
+	spent := now + pp.tolerance + pp.interval/2 // the next unit fits in about 400 ms
+	told, first := turnAt(spent, now, now, nil, pp)
+	if first != now+sec || told != spent-pp.tolerance {
+		t.Errorf("a spent pacer: turn %v after now, told %v, want 1s, told when its unit fits", time.Duration(first-now), time.Duration(told-now))
+	}
+	if _, second := turnAt(spent, now, now, []turn{{client: 1, at: first}}, pp); second != now+2*sec {
+		t.Errorf("refused with another: turn %v after now, want 2s", time.Duration(second-now))
+	}
+	if _, got := turnAt(spent, now, now, []turn{{client: 1, at: now + 3*sec}}, pp); got != now+sec {
+		t.Errorf("a spent pacer with a turn in 3 s: turn %v after now, want 1s (a unit for each)", time.Duration(got-now))
+	}
+}
+
+// Turns are settled on every update of the pace record: a client's own
+// goes (it took a unit, or gets a new turn), and so do those whose client
+// did not come within bookingHold, and those a clock far ahead gave.
+func TestSettleTurns(t *testing.T) {
+	sec := int64(time.Second)
+	now := t0.UnixNano()
+	turns := []turn{{client: 1, at: now - 3*sec}, {client: 2, at: now - sec}, {client: 3, at: now + sec}, {client: 4, at: now + 2*sec}, {client: 5, at: now + 60*sec}}
+	got := settleTurns(turns, 3, now, 10*sec)
+	if len(got) != 2 || got[0].client != 2 || got[1].client != 4 {
+		t.Errorf("settled %v, want the turns of clients 2 and 4", got)
+	}
+}
+
+// The pace record keeps its turns sorted, few, and sealed.
+func TestPaceRecordRefusesImpossibleTurns(t *testing.T) {
+	ok := pace{tat: 5, turns: []turn{{client: 1, at: 7}, {client: 2, at: 9}}}
+	if v, err := decodePace(appendPace(nil, ok)); err != nil || len(v.turns) != 2 || v.tat != 5 || v.turns[1] != ok.turns[1] {
+		t.Fatalf("round trip: %+v, %v", v, err)
+	}
+	unsorted := pace{tat: 5, turns: []turn{{client: 1, at: 9}, {client: 2, at: 7}}}
+	if _, err := decodePace(appendPace(nil, unsorted)); err == nil {
+		t.Error("accepted turns out of order")
+	}
+	many := pace{tat: 5, turns: make([]turn, maxTurns+1)}
+	if _, err := decodePace(appendPace(nil, many)); err == nil {
+		t.Errorf("accepted %d turns", maxTurns+1)
+	}
+}
