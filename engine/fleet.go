@@ -317,7 +317,7 @@ func (w *fleetWorker) plan(v *view, t, k int64) LeaseCall {
 		call.Hits = append(call.Hits, d)
 	}
 	if sized.giveBack > 0 && v.current(t) == nil && v.plan.window == k {
-		if got := w.reclaim(v, k, sized.giveBack); got > 0 {
+		if got := w.reclaim(v, k, sized.giveBack, t); got > 0 {
 			call.Hits = append(call.Hits, w.hit(k, -got))
 		}
 	}
@@ -330,12 +330,13 @@ func (w *fleetWorker) plan(v *view, t, k int64) LeaseCall {
 	return call
 }
 
-// reclaim gives n units of window k, v's, back: it takes them out of the
-// budget (so no worker can grant them any more), lowers the lease by what
-// it got, and returns the budget units, which the lower lease no longer
-// covers. It returns the units to send back to Gubernator.
-func (w *fleetWorker) reclaim(v *view, k, n int64) int64 {
-	got, _, _, err := v.adjust(n, borrowGate{}, nil)
+// reclaim gives n units of window k, v's, back at t: it takes them out of
+// the budget (so no worker can grant them any more), lowers the lease by
+// what it got, and returns the budget units, which the lower lease no
+// longer covers. It returns the units to send back to Gubernator. Units
+// booked for a client and due at t are not given back.
+func (w *fleetWorker) reclaim(v *view, k, n, t int64) int64 {
+	got, _, _, err := v.adjust(n, borrowGate{}, &bookAsk{nobody: true, t: t})
 	if err != nil || got <= 0 {
 		return 0
 	}

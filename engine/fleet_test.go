@@ -548,7 +548,7 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 	if admitted != 30 || granted < 30 || granted >= 50 {
 		t.Fatalf("set-up: admitted %d, budget granted %d; want 30 admitted and some of the 50 held still free", admitted, granted)
 	}
-	got := l.view.fleet.reclaim(l.view, k, 45)
+	got := l.view.fleet.reclaim(l.view, k, 45, now.UnixNano())
 	s, _, _ := l.view.fleet.read(store)
 	if got != 50-granted || s.slot(k).leased != granted {
 		t.Fatalf("admitted %d, budget granted %d: reclaimed %d, hold now %d; want %d and %d",
@@ -556,6 +556,45 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 	}
 	if n, _, _, _ := l.view.adjust(1, borrowGate{}, nil); n != 0 {
 		t.Errorf("the budget granted %d more after the give-back", n)
+	}
+}
+
+// A give-back leaves a unit booked for a refused client (fair policy) and
+// due: it comes for it, and the budget still has it.
+func TestReclaimLeavesDueBookings(t *testing.T) {
+	cfg := fleetConfig(100, 100, 0)
+	store := NewMemStore()
+	l, err := New(cfg, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := fleetEpoch.Add(time.Second)
+	k, _, _ := WindowAt(now, cfg.Cycle, 0)
+	if err := l.view.fleet.updateFleet(store, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if !l.AdmitAt(now, "a").Allowed {
+		t.Fatal("set-up: a refused")
+	}
+	raw, _, err := store.Get(l.view.budgetKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := decodeBudget(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.booked = []booking{{client: 7, n: 1, at: now.UnixNano() - int64(time.Millisecond)}}
+	if err := store.Set(l.view.budgetKey, appendBudget(nil, v), 0); err != nil {
+		t.Fatal(err)
+	}
+	granted := l.view.grantedIn(k)
+	got := l.view.fleet.reclaim(l.view, k, 50, now.UnixNano())
+	if want := 50 - granted - 1; got != want {
+		t.Fatalf("budget granted %d, one unit booked and due: reclaimed %d, want %d", granted, got, want)
+	}
+	if n, _, _, _ := l.view.adjust(1, borrowGate{}, &bookAsk{client: 7, need: 1, t: now.UnixNano()}); n != 1 {
+		t.Errorf("the booked client took %d after the give-back, want its unit", n)
 	}
 }
 

@@ -1541,6 +1541,7 @@ type bookAsk struct {
 	need          int64
 	t, start, end int64
 	again         bool // this request booked already (its update is being retried): its booking is not an early ask
+	nobody        bool // a take for no client (a fleet give-back): it only sees what is due
 }
 
 // settled is what settleBookings found for a take: the units of the
@@ -1562,10 +1563,10 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 		case ask.t > b.at+hold:
 			r.changed = true // forfeited, or cancelled and over
 			continue
-		case b.client == ask.client && ask.t >= b.at:
+		case !ask.nobody && b.client == ask.client && ask.t >= b.at:
 			r.claimed, r.changed = b.n, true
 			continue
-		case b.client == ask.client:
+		case !ask.nobody && b.client == ask.client:
 			r.mine = true
 			if b.n > 0 && ask.again {
 				r.at = b.at
