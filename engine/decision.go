@@ -81,10 +81,15 @@ type Decision struct {
 	Remaining int64
 	// Reset is the time until the current window ends.
 	Reset time.Duration
-	// RetryAfter is when a rejected request may succeed: the end of the
-	// window for over_limit and table_full, the next allowed re-plan for
-	// pending.
+	// RetryAfter is how long a rejected request should wait before a
+	// retry can succeed at the earliest, by reason, policy and mode
+	// (docs/contract.md, "Responses").
 	RetryAfter time.Duration
+	// Turn: RetryAfter is the client's turn at the limit's pacer, placed
+	// after the turns of the clients refused before it, a whole number of
+	// seconds after the refusal once rounded up. A random delay added to
+	// it would only make the client miss its unit.
+	Turn bool
 	// Plan is the id of the plan the request was counted in: the one that
 	// announced Limit (its share period). Plan ids only grow and are never
 	// reused.

@@ -523,21 +523,29 @@ func FuzzDecodeFleet(f *testing.F) {
 	})
 }
 
-// TestReclaimNeverFreesGrantedUnits gives back more than is free: the
-// reclaim takes only the free units out of the budget before lowering the
-// hold, so the budget never grants beyond what the process holds.
-func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
+// holdingFifty is a fleet-mode limiter of 100 whose process holds 50
+// units of window k, the window of now.
+func holdingFifty(t *testing.T) (l *Limiter, store *MemStore, now time.Time, k int64) {
+	t.Helper()
 	cfg := fleetConfig(100, 100, 0)
-	store := NewMemStore()
+	store = NewMemStore()
 	l, err := New(cfg, store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := fleetEpoch.Add(time.Second)
-	k, _, _ := WindowAt(now, cfg.Cycle, 0)
+	now = fleetEpoch.Add(time.Second)
+	k, _, _ = WindowAt(now, cfg.Cycle, 0)
 	if err := l.view.fleet.updateFleet(store, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
 		t.Fatal(err)
 	}
+	return l, store, now, k
+}
+
+// TestReclaimNeverFreesGrantedUnits gives back more than is free: the
+// reclaim takes only the free units out of the budget before lowering the
+// hold, so the budget never grants beyond what the process holds.
+func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
+	l, store, now, k := holdingFifty(t)
 	admitted := 0
 	for i := 0; i < 30; i++ {
 		if l.AdmitAt(now, "a").Allowed {
@@ -562,17 +570,7 @@ func TestReclaimNeverFreesGrantedUnits(t *testing.T) {
 // A give-back leaves a unit booked for a refused client (fair policy) and
 // due: it comes for it, and the budget still has it.
 func TestReclaimLeavesDueBookings(t *testing.T) {
-	cfg := fleetConfig(100, 100, 0)
-	store := NewMemStore()
-	l, err := New(cfg, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := fleetEpoch.Add(time.Second)
-	k, _, _ := WindowAt(now, cfg.Cycle, 0)
-	if err := l.view.fleet.updateFleet(store, func(s *fleetState) bool { s.claim(k).leased = 50; return true }); err != nil {
-		t.Fatal(err)
-	}
+	l, store, now, k := holdingFifty(t)
 	if !l.AdmitAt(now, "a").Allowed {
 		t.Fatal("set-up: a refused")
 	}

@@ -437,9 +437,10 @@ func (l *Limiter) overLimit(t int64, cs *clientState) Decision {
 	if cs.fresh && cs.share == 0 {
 		reason = ReasonPending
 	}
-	d := l.reject(t, reason, retryAt{accrues: cs.accrues, turn: cs.turn, spent: true})
+	d := l.reject(t, reason, retryAt{accrues: cs.accrues, turn: cs.turnAt, spent: true})
 	d.Limit = cs.share
 	d.Plan = cs.plan
+	d.Turn = cs.turnAt > t
 	return d
 }
 

@@ -68,11 +68,10 @@ func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
 	}
 	key := r.paceKey
 	pp := paceParams(r.cfg)
-	// A turn is kept at most two cycles ahead: Retry-After names the
-	// window's end and the next window at the latest (retryAfter).
-	horizon := 2 * int64(r.cfg.Cycle)
-	var m, next, at int64
+	horizon := turnHorizon(r.cfg)
+	var m, next, told int64
 	err := r.update(key, "pace", nil, func(st stored) ([]byte, error) {
+		m, next, told = 0, 0, 0
 		var v pace
 		if !st.missing {
 			var err error
@@ -82,25 +81,31 @@ func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
 			} else if v.tat-t > int64(r.cfg.Cycle)+pp.tolerance {
 				// No unit is paced more than a cycle past its tolerance: this
 				// pace was set by a clock that read far ahead. Kept, it would
-				// admit nothing until the clock got there.
+				// admit nothing until the clock got there. (A worker with no
+				// units to pass, whose clock may be the one behind, leaves it
+				// and gives no turn.)
+				if got <= 0 {
+					return nil, nil
+				}
 				r.obs.ValueReset(key, errCorrupt)
 				v = pace{}
 			}
 		}
-		given := len(v.turns)
+		var before [maxTurns]turn
+		given := before[:copy(before[:], v.turns)]
 		v.turns = settleTurns(v.turns, client, t, 2*horizon)
-		m, next, at = 0, v.tat, 0
+		next = v.tat
 		if got > 0 {
 			m, next = paceFit(v.tat, t, got, pp)
 			v.tat = next
 		}
 		switch {
 		case m < got && got == 1:
-			at, v.turns = addTurn(v.turns, client, next, t, t+pp.interval, horizon, pp)
-		case got == 0:
-			at, v.turns = addTurn(v.turns, client, next, t, after, horizon, pp)
+			told, v.turns = addTurn(v.turns, client, next, t, t+pp.interval, horizon, pp)
+		case got <= 0:
+			told, v.turns = addTurn(v.turns, client, next, t, after, horizon, pp)
 		}
-		if m == 0 && at == 0 && len(v.turns) == given {
+		if m == 0 && slices.Equal(given, v.turns) {
 			return nil, nil // nothing changed
 		}
 		r.buf = appendPace(r.buf, v)
@@ -109,12 +114,10 @@ func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
 	switch {
 	case err != nil:
 		return 0, held{}
-	case m < got && at > 0:
-		return m, held{clipped: true, paceAt: at, turn: true}
 	case m < got:
-		return m, held{clipped: true, paceAt: t + max(pp.interval, paceWait(next, t, pp.tolerance))}
-	case got == 0:
-		return 0, held{paceAt: at, turn: true}
+		return m, held{clipped: true, paceAt: t + max(pp.interval, paceWait(next, t, pp.tolerance)), turnAt: told}
+	case got <= 0:
+		return 0, held{turnAt: told}
 	}
 	return m, held{}
 }

@@ -27,7 +27,7 @@ func TestRetryAfterByReason(t *testing.T) {
 		{"over_limit: the next unit", ReasonOverLimit, retryAt{accrues: now + 300*int64(time.Millisecond)}, 300 * time.Millisecond},
 		{"over_limit: share or budget spent: the window's end", ReasonOverLimit, retryAt{spent: true}, end},
 		{"over_limit: a unit after the window's end is the window's end", ReasonOverLimit, retryAt{accrues: now + 9*s}, end},
-		{"over_limit: a pacer's turn in the next window", ReasonOverLimit, retryAt{accrues: now + 9*s, turn: true}, 9 * time.Second},
+		{"over_limit: a pacer's turn in the next window", ReasonOverLimit, retryAt{accrues: now + 300*int64(time.Millisecond), turn: now + 9*s}, 9 * time.Second},
 		{"pending: the next re-plan", ReasonPending, retryAt{}, 500 * time.Millisecond},
 		{"pending with the budget spent: the window's end", ReasonPending, retryAt{spent: true}, end},
 		{"table_full: the next plan", ReasonTableFull, retryAt{}, end},
@@ -142,8 +142,8 @@ func TestPacedRetryAfterIsThePacersNextUnit(t *testing.T) {
 		}
 	}
 	d := l.AdmitAt(now, "c")
-	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= d.Reset {
-		t.Fatalf("c right after a and b: %+v, want a refusal until the pacer's next unit, before the window's end", d)
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter >= d.Reset || !d.Turn {
+		t.Fatalf("c right after a and b: %+v, want a refusal until its turn at the pacer, before the window's end", d)
 	}
 	if again := l.AdmitAt(now.Add(d.RetryAfter), "c"); !again.Allowed {
 		t.Errorf("c retried at its Retry-After (%v): %+v", d.RetryAfter, again)
@@ -255,6 +255,9 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 	for _, a := range attempts {
 		if a.d.Allowed {
 			done[a.client]++
+		}
+		if a.d.Turn {
+			t.Errorf("client %d told a turn, unpaced: %+v", a.client, a.d)
 		}
 		if a.windowK == k0+1 && a.d.Allowed && a.d.Limit != 2 {
 			t.Errorf("client %d's share in the second window: %d, want 2 (everyone asked for more than 6/3)", a.client, a.d.Limit)

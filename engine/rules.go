@@ -181,7 +181,7 @@ func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
 // in its home bucket were what was full).
 type retryAt struct {
 	accrues int64
-	turn    bool // accrues is the client's turn at the pacer (turnAt), which may be in the next window
+	turn    int64 // paced: the client's turn at the pacer (turnAt), which may be in the next window; 0: none
 	spent   bool
 	room    bool
 }
@@ -207,8 +207,8 @@ func retryAfter(reason Reason, p *plan, cfg *Config, t int64, at retryAt) time.D
 	end := untilWindowEnd(p, cfg, t)
 	switch reason {
 	case ReasonOverLimit, ReasonPending:
-		if at.accrues > t && at.turn {
-			return min(time.Duration(at.accrues-t), end+cfg.Cycle)
+		if at.turn > t {
+			return min(time.Duration(at.turn-t), time.Duration(turnHorizon(cfg)))
 		}
 		if at.accrues > t {
 			return min(time.Duration(at.accrues-t), end)
@@ -1654,15 +1654,30 @@ func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance
 // come back together, and find one unit between them. So each is given a
 // turn: the earliest moment, no sooner than it could succeed alone, at
 // which one more unit fits the pacer after the turns already given, each
-// of their clients taking one unit at its turn (turnAt). A turn sets
-// nothing aside: whoever comes takes a unit, so a client that does not
-// come back costs the others nothing but the wait of those told to come
-// after it, at most bookingHold. (A unit set aside for a client that does
-// not come would be lost to all: the pacer forfeits what is not taken in
+// of their clients taking one unit at its turn (turnAt). A turn changes
+// what a client is told, never what is admitted: paceFit does not read
+// the turns, and a client's own requests go to the store from when it
+// could succeed alone, as before. Whoever comes takes a unit, so a client
+// that does not come back costs the others nothing but a later turn for
+// those told after it (at most its own turn plus a unit), until
+// bookingHold past its time. (A unit set aside for a client that does not
+// come would be lost to all: the pacer forfeits what is not taken in
 // time.) A client's turn is dropped when it takes a unit, when it is
 // refused again (it gets a new one), and bookingHold after its time. One
 // turn per client, at most maxTurns; only requests of one unit get one.
 const maxTurns = 8
+
+// turnSlack is how late a client may come after its turn, and still find
+// the unit turnAt counted on: Retry-After counts whole seconds, and the
+// client's round trip comes on top.
+const turnSlack = 100 * int64(time.Millisecond)
+
+// turnHorizon is how far ahead of the refusal a turn is kept, and the
+// longest Retry-After a turn may name: the window's end, the next window,
+// and a second for each turn before it.
+func turnHorizon(cfg *Config) int64 {
+	return 2*int64(cfg.Cycle) + maxTurns*int64(time.Second)
+}
 
 // turn is when the pacer told a refused client to come back.
 type turn struct {
@@ -1683,22 +1698,36 @@ func settleTurns(turns []turn, client uint32, t, horizon int64) []turn {
 	return kept
 }
 
+// turnFits is paceFit for one unit taken by a client that comes at at:
+// whether it fits, and the theoretical arrival time it leaves.
+func turnFits(tat, at int64, pp paceParam) (bool, int64) {
+	base := max(tat, at-pp.grace)
+	if base-at > pp.tolerance {
+		return false, tat
+	}
+	return true, base + pp.interval
+}
+
 // turnAt is the turn of a client that could succeed alone from x, at now,
 // with the pacer at tat and turns (sorted by time) given. A client comes
 // back a whole number of seconds after it was refused (Retry-After counts
-// whole seconds, rounded up), and the pacer forfeits a unit not taken in
-// time, so its turn, at, is such a moment: the earliest, no sooner than
-// x, at which its unit fits when every client with a turn comes at its
-// own (or now, when that is past) and takes one, and at which it takes no
-// unit that a turn that fits without it needs. told is the moment to tell
-// it: the earliest at which its unit fits in that order, no sooner than x
-// and within the second before at, so that a client rounding up to whole
-// seconds comes at at (and one held in the filter, at told).
+// whole seconds, rounded up), plus its round trip, and the pacer forfeits
+// a unit not taken in time, so its turn, at, is such a moment: the
+// earliest, no sooner than x, at which its unit fits when every client
+// with a turn comes at its own (or now, when that is past) and takes one,
+// and at which it takes no unit that a turn that fits without it needs;
+// all of this whether the clients come on time or all turnSlack late.
+// told is the moment to tell it: the earliest at which its unit fits in
+// that order, no sooner than x and within the second before at, so that a
+// client rounding up to whole seconds comes at at (and one held in the
+// filter, at told).
 func turnAt(tat, now, x int64, turns []turn, pp paceParam) (told, at int64) {
-	var fits [maxTurns]bool // which turns fit without the new one
-	for i, tt := 0, tat; i < len(turns) && i < maxTurns; i++ {
-		if m, next := paceFit(tt, max(turns[i].at, now), 1, pp); m == 1 {
-			fits[i], tt = true, next
+	n := min(len(turns), maxTurns)
+	lates := [2]int64{0, min(turnSlack, pp.grace+pp.tolerance)}
+	var fits [2][maxTurns]bool // which turns fit without the new one, on time and late
+	for l, late := range lates {
+		for i, tt := 0, tat; i < n; i++ {
+			fits[l][i], tt = turnFits(tt, max(turns[i].at, now)+late, pp)
 		}
 	}
 	sec := int64(time.Second)
@@ -1706,26 +1735,32 @@ func turnAt(tat, now, x int64, turns []turn, pp paceParam) (told, at int64) {
 	// Each pass moves at a second or more later, past a turn or to when
 	// its unit fits: a few passes settle it.
 	for range 2*maxTurns + 2 {
-		later, placed, tt, from := int64(0), false, tat, int64(0)
-		for i := 0; i <= len(turns) && later == 0; i++ {
-			if !placed && (i == len(turns) || turns[i].at > at) {
-				placed = true
-				m, next := paceFit(tt, at, 1, pp)
-				if m == 0 {
-					later = tt - pp.tolerance // when its unit fits
+		later, from := int64(0), int64(0)
+		for l, late := range lates {
+			placed, tt := false, tat
+			for i := 0; i <= n; i++ {
+				if !placed && (i == n || turns[i].at > at) {
+					placed = true
+					ok, next := turnFits(tt, at+late, pp)
+					if !ok {
+						later = max(later, tt-pp.tolerance-late) // when its unit fits
+						break
+					}
+					if l == 0 {
+						from = tt - pp.tolerance
+					}
+					tt = next
+				}
+				if i == n {
 					break
 				}
-				from, tt = tt-pp.tolerance, next
-			}
-			if i == len(turns) || i >= maxTurns {
-				break
-			}
-			m, next := paceFit(tt, max(turns[i].at, now), 1, pp)
-			switch {
-			case m == 1:
-				tt = next
-			case fits[i]:
-				later = turns[i].at + 1 // it would take this turn's unit
+				ok, next := turnFits(tt, max(turns[i].at, now)+late, pp)
+				switch {
+				case ok:
+					tt = next
+				case fits[l][i]:
+					later = max(later, turns[i].at+1) // it would take this turn's unit
+				}
 			}
 		}
 		if later == 0 {

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -9,7 +11,8 @@ import (
 // Clients refused one after another by a spent pacer, each told its turn
 // from a moment of its own, all get in when each comes at its turn (whole
 // seconds after the refusal, as Retry-After counts, rounded up from what
-// it is told): no two are told a unit only one of them can have.
+// it is told), or all up to turnSlack later: no two are told a unit only
+// one of them can have.
 func TestTurnsLetEveryToldClientIn(t *testing.T) {
 	sec := int64(time.Second)
 	for _, c := range []struct {
@@ -31,25 +34,25 @@ func TestTurnsLetEveryToldClientIn(t *testing.T) {
 					x += rng.Int64N(int64(cfg.Cycle))
 				}
 				var told int64
-				told, turns = addTurn(turns, uint32(i+1), tat, now, x, 2*int64(cfg.Cycle), pp)
+				told, turns = addTurn(turns, uint32(i+1), tat, now, x, turnHorizon(&cfg), pp)
 				at := int64(-1)
 				for _, u := range turns {
 					if u.client == uint32(i+1) {
 						at = u.at
 					}
 				}
-				if at < 0 && told-now > 2*int64(cfg.Cycle)-sec && told >= x {
+				if at < 0 && told-now > turnHorizon(&cfg)-sec && told >= x {
 					continue // beyond the horizon: told, not kept
 				}
 				if at < x || (at-now)%sec != 0 || told < x || told > at || told <= at-sec {
 					t.Fatalf("%+v: turn %v after now, told %v, for a client that could come %v after now: want whole seconds, no sooner, and told within the second before", c, time.Duration(at-now), time.Duration(told-now), time.Duration(x-now))
 				}
 			}
-			tt := tat
+			tt, late := tat, rng.Int64N(min(turnSlack, pp.grace+pp.tolerance)+1)
 			for _, u := range turns {
-				m, next := paceFit(tt, u.at, 1, pp)
+				m, next := paceFit(tt, u.at+late, 1, pp)
 				if m != 1 {
-					t.Fatalf("%+v: client %d, come at its turn %v after now, finds no unit (turns %v)", c, u.client, time.Duration(u.at-now), turns)
+					t.Fatalf("%+v: client %d, come %v after its turn %v after now, finds no unit (turns %v)", c, u.client, time.Duration(late), time.Duration(u.at-now), turns)
 				}
 				tt = next
 			}
@@ -113,5 +116,94 @@ func TestPaceRecordRefusesImpossibleTurns(t *testing.T) {
 	many := pace{tat: 5, turns: make([]turn, maxTurns+1)}
 	if _, err := decodePace(appendPace(nil, many)); err == nil {
 		t.Errorf("accepted %d turns", maxTurns+1)
+	}
+}
+
+// turnless is a store that forgets every turn the pace record is given.
+type turnless struct{ Store }
+
+func (s turnless) Set(key string, value []byte, cas uint32) error {
+	if strings.HasSuffix(key, "/pace") {
+		if v, err := decodePace(value); err == nil {
+			v.turns = nil
+			value = appendPace(nil, v)
+		}
+	}
+	return s.Store.Set(key, value, cas)
+}
+
+// Turns change what a refused client is told, never what is admitted: the
+// same traffic (two workers, clocks a little apart, costs of 1 and 2,
+// clients that ignore Retry-After and ask many times a window, which
+// workers refuse locally until they could succeed) is decided alike with
+// turns and without them, under each policy, paced with and without
+// burst.
+func TestTurnsChangeNoAdmission(t *testing.T) {
+	for _, pol := range []Policy{Seed{}, Fair{}, Static{}} {
+		for _, burst := range []float64{0, 0.2, 0.5} {
+			cfg := Defaults(40, 5*time.Second)
+			cfg.Policy, cfg.Pace, cfg.Burst = pol, true, burst
+			run := func(store Store) (decided []bool, turns int) {
+				ws := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+				rng := rand.New(rand.NewPCG(uint64(burst*10), 3))
+				at := t0.Add(cfg.Cycle)
+				for i := 0; i < 4000; i++ {
+					at = at.Add(time.Duration(rng.Int64N(int64(10 * time.Millisecond))))
+					w := rng.IntN(2)
+					skew := time.Duration(w) * 3 * time.Millisecond
+					d := ws[w].AdmitNAt(at.Add(skew), fmt.Sprintf("c%d", rng.IntN(4)), 1+rng.Int64N(2))
+					decided = append(decided, d.Allowed)
+					if d.Turn {
+						turns++
+					}
+					if i%25 == 0 {
+						ws[rng.IntN(2)].TickAt(at)
+					}
+				}
+				return decided, turns
+			}
+			with, turns := run(NewMemStore())
+			without, _ := run(turnless{NewMemStore()})
+			if turns == 0 {
+				t.Fatalf("%T, burst %v: no refusal was told a turn: the test shows nothing", pol, burst)
+			}
+			for i := range with {
+				if with[i] != without[i] {
+					t.Fatalf("%T, burst %v: request %d %s with turns, %s without", pol, burst, i, verdict(with[i]), verdict(without[i]))
+				}
+			}
+		}
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "admitted"
+	}
+	return "refused"
+}
+
+// A worker whose clock reads far behind the pace record (the record's
+// next unit more than a cycle ahead of it) leaves the record as it is on
+// a refusal, and gives no turn: only a worker that takes units resets a
+// pace set by a clock far ahead.
+func TestRefusalLeavesAPaceFarAhead(t *testing.T) {
+	cfg := Defaults(6, 5*time.Second)
+	cfg.Pace, cfg.Burst = true, 0.2
+	store := NewMemStore()
+	l := newLimiter(t, cfg, store)
+	now := t0.UnixNano()
+	ahead := appendPace(nil, pace{tat: now + 2*int64(cfg.Cycle)})
+	if err := store.Set(l.view.paceKey, ahead, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, h := l.view.paced(0, now, 1, now+int64(time.Second)); h.turnAt != 0 {
+		t.Errorf("told a turn %v after now under a pace far ahead", time.Duration(h.turnAt-now))
+	}
+	if raw, _, err := store.Get(l.view.paceKey); err != nil || string(raw) != string(ahead) {
+		t.Errorf("a refusal rewrote the pace record: %v", err)
+	}
+	if m, _ := l.view.paced(1, now, 1, 0); m != 1 {
+		t.Errorf("a take under a pace far ahead passed %d, want it reset and the unit through", m)
 	}
 }

@@ -597,7 +597,7 @@ type held struct {
 	clipped bool
 	booked  bool // moreAt is a booking of the window budget (bookUnits)
 	paceAt  int64
-	turn    bool // paceAt is the client's turn (turnAt)
+	turnAt  int64 // the client's turn at the pacer, to tell it (turnAt); 0: none
 	cut     bool
 	moreAt  int64
 }
@@ -618,7 +618,7 @@ type clientState struct {
 	exhausted bool   // nothing left (share or window budget) at the last sync
 	accrues   int64  // when exhausted by the borrow gate: when the pool next grows (Unix ns), else 0
 	booked    bool   // accrues is a booking of the window budget's (bookUnits)
-	turn      bool   // accrues is the client's turn at the pacer (turnAt)
+	turnAt    int64  // paced: when it was told to come back, its turn at the pacer (turnAt), else 0
 	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
@@ -628,7 +628,7 @@ type clientState struct {
 // another window are over.
 func (cs *clientState) reset(k int64) {
 	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
-	cs.used, cs.exhausted, cs.unusable, cs.accrues, cs.booked, cs.turn = false, false, 0, 0, false, false
+	cs.used, cs.exhausted, cs.unusable, cs.accrues, cs.booked, cs.turnAt = false, false, 0, 0, false, 0
 }
 
 type syncResult uint8
@@ -721,7 +721,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 				// request, and its booking is no early ask.)
 				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash, h.booked)
 				h.clipped = h.clipped || took.clipped
-				h.booked, h.turn = took.booked, took.turn
+				h.booked, h.turnAt = took.booked, took.turnAt
 				h.paceAt = max(h.paceAt, took.paceAt)
 				h.cut, h.moreAt = took.cut, took.moreAt
 				switch {
@@ -767,18 +767,19 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	// client exhausted: a cheaper one may still fit.
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
 	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort && h.cut)
-	cs.booked, cs.turn = h.booked, h.turn
-	if need == 1 && take < need && !h.turn {
+	cs.booked, cs.turnAt = h.booked, h.turnAt
+	if need == 1 && take < need && h.turnAt == 0 {
 		// Refused under pacing, by something other than the pacer: its
 		// paced amount, its share or the window's budget. It gets its turn
-		// at the pacer from when it could succeed alone.
+		// at the pacer from when it could succeed alone. (Its own requests
+		// still go to the store from then: a turn changes what it is told,
+		// not what it is admitted.)
 		after := cs.accrues
 		if after == 0 {
 			_, after = planWindow(p, r.cfg)
 		}
-		if _, th := r.paced(0, t, uint32(cs.hash), after); th.turn {
-			cs.accrues, cs.turn = th.paceAt, true
-		}
+		_, th := r.paced(0, t, uint32(cs.hash), after)
+		cs.turnAt = th.turnAt
 	}
 	return syncOK
 }

@@ -65,7 +65,7 @@ func TestReplyPlans(t *testing.T) {
 
 // A refusal's retry-after and reset name the engine's retry time, not the
 // window's end, and the jitter moves both later by a uniform draw in
-// [0, retry_after_jitter].
+// [0, retry_after_jitter], except a pacer's turn.
 func TestReplyRetryTimeAndJitter(t *testing.T) {
 	for _, c := range []struct {
 		name, config string
@@ -73,20 +73,22 @@ func TestReplyRetryTimeAndJitter(t *testing.T) {
 		draw         int64         // what the random source returns
 		retry, reset string
 		ietf         bool
+		turn         bool
 	}{
-		{"no jitter: the retry time, rounded up", `{"capacity": 10, "cycle": "10s"}`, 1200 * time.Millisecond, 0, "2", "2", false},
-		{"a retry due now: one second in both", `{"capacity": 10, "cycle": "10s"}`, 0, 0, "1", "1", false},
-		{"the least jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, 0, "2", "2", false},
-		{"the most jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, int64(3 * time.Second), "5", "5", false},
+		{"a turn is not moved", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, int64(3 * time.Second), "2", "2", false, true},
+		{"no jitter: the retry time, rounded up", `{"capacity": 10, "cycle": "10s"}`, 1200 * time.Millisecond, 0, "2", "2", false, false},
+		{"a retry due now: one second in both", `{"capacity": 10, "cycle": "10s"}`, 0, 0, "1", "1", false, false},
+		{"the least jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, 0, "2", "2", false, false},
+		{"the most jitter", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s"}`, 1200 * time.Millisecond, int64(3 * time.Second), "5", "5", false, false},
 		{"ietf's t= moves with it", `{"capacity": 10, "cycle": "10s", "retry_after_jitter": "3s", "rate_limit_headers": "ietf"}`,
-			1200 * time.Millisecond, int64(1900 * time.Millisecond), "4", `"default";r=0;t=4`, true},
+			1200 * time.Millisecond, int64(1900 * time.Millisecond), "4", `"default";r=0;t=4`, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f, _ := mustFilter(t, c.config)
 			var bound int64
 			f.limits[0].resp.rand = func(n int64) int64 { bound = n; return c.draw }
 			d := engine.Decision{Reason: engine.ReasonOverLimit, WouldReject: true, Limit: 10,
-				Reset: 7500 * time.Millisecond, RetryAfter: c.wait}
+				Reset: 7500 * time.Millisecond, RetryAfter: c.wait, Turn: c.turn}
 			h := f.Reply(Outcome{Decision: d}).Headers
 			resetAt := 5
 			if c.ietf {
@@ -95,7 +97,7 @@ func TestReplyRetryTimeAndJitter(t *testing.T) {
 			if h[2] != [2]string{"retry-after", c.retry} || h[resetAt][1] != c.reset {
 				t.Errorf("headers %q, want retry-after %s and reset %s", h, c.retry, c.reset)
 			}
-			if want := int64(f.Settings().Limits[0].RetryAfterJitter); want > 0 && bound != want+1 {
+			if want := int64(f.Settings().Limits[0].RetryAfterJitter); want > 0 && !c.turn && bound != want+1 {
 				t.Errorf("drew in [0, %d), want [0, %d]", bound, want)
 			}
 		})

@@ -108,14 +108,15 @@ func newResponder(cfg *Config) responder {
 // reply plans the local reply for a rejected decision. Its retry-after,
 // and its rate-limit headers' reset, name when a retry can succeed at the
 // earliest (the engine's RetryAfter), moved later by up to the configured
-// jitter, so that clients refused together do not retry together.
+// jitter, so that clients refused together do not retry together; a
+// pacer's turn is not moved, since turns spread those clients already.
 func (r *responder) reply(o Outcome) Reply {
 	d := o.Decision
 	r.buf = r.buf[:0]
 	h := append(r.headers[:0], [2]string{hdrReason, d.Reason.String()})
 	if !unidentified(d.Reason) {
 		wait := d.RetryAfter
-		if r.jitter > 0 {
+		if r.jitter > 0 && !d.Turn {
 			wait += time.Duration(r.rand(int64(r.jitter) + 1))
 		}
 		secs := retryAfterSeconds(wait)
