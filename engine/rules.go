@@ -1667,9 +1667,10 @@ func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance
 // turn per client, at most maxTurns; only requests of one unit get one.
 const maxTurns = 8
 
-// turnSlack is how late a client may come after its turn, and still find
-// the unit turnAt counted on: Retry-After counts whole seconds, and the
-// client's round trip comes on top.
+// turnSlack is how late the clients may come after their turns, all
+// alike, and still find the units turnAt counted on: Retry-After counts
+// whole seconds, and the client's round trip comes on top. (Clients late
+// by different amounts may still upset one another.)
 const turnSlack = 100 * int64(time.Millisecond)
 
 // turnHorizon is how far ahead of the refusal a turn is kept, and the
@@ -1715,12 +1716,14 @@ func turnFits(tat, at int64, pp paceParam) (bool, int64) {
 // a unit not taken in time, so its turn, at, is such a moment: the
 // earliest, no sooner than x, at which its unit fits when every client
 // with a turn comes at its own (or now, when that is past) and takes one,
-// and at which it takes no unit that a turn that fits without it needs;
-// all of this whether the clients come on time or all turnSlack late.
+// and at which it takes no unit that a turn that fits without it needs.
+// Both must hold whether the clients with turns come on time or all
+// turnSlack late, and whether this one comes on time or turnSlack late,
+// each taking its unit in the order they come.
 // told is the moment to tell it: the earliest at which its unit fits in
-// that order, no sooner than x and within the second before at, so that a
-// client rounding up to whole seconds comes at at (and one held in the
-// filter, at told).
+// that order, however late the others come, no sooner than x and within
+// the second before at, so that a client rounding up to whole seconds
+// comes at at (and one held in the filter, at told).
 func turnAt(tat, now, x int64, turns []turn, pp paceParam) (told, at int64) {
 	n := min(len(turns), maxTurns)
 	lates := [2]int64{0, min(turnSlack, pp.grace+pp.tolerance)}
@@ -1737,29 +1740,31 @@ func turnAt(tat, now, x int64, turns []turn, pp paceParam) (told, at int64) {
 	for range 2*maxTurns + 2 {
 		later, from := int64(0), int64(0)
 		for l, late := range lates {
-			placed, tt := false, tat
-			for i := 0; i <= n; i++ {
-				if !placed && (i == n || turns[i].at > at) {
-					placed = true
-					ok, next := turnFits(tt, at+late, pp)
-					if !ok {
-						later = max(later, tt-pp.tolerance-late) // when its unit fits
+			for _, own := range lates {
+				placed, tt := false, tat
+				for i := 0; i <= n; i++ {
+					if !placed && (i == n || max(turns[i].at, now)+late > at+own) {
+						placed = true
+						ok, next := turnFits(tt, at+own, pp)
+						if !ok {
+							later = max(later, tt-pp.tolerance-own) // when its unit fits
+							break
+						}
+						if own == 0 {
+							from = max(from, tt-pp.tolerance)
+						}
+						tt = next
+					}
+					if i == n {
 						break
 					}
-					if l == 0 {
-						from = tt - pp.tolerance
+					ok, next := turnFits(tt, max(turns[i].at, now)+late, pp)
+					switch {
+					case ok:
+						tt = next
+					case fits[l][i]:
+						later = max(later, turns[i].at+1) // it would take this turn's unit
 					}
-					tt = next
-				}
-				if i == n {
-					break
-				}
-				ok, next := turnFits(tt, max(turns[i].at, now)+late, pp)
-				switch {
-				case ok:
-					tt = next
-				case fits[l][i]:
-					later = max(later, turns[i].at+1) // it would take this turn's unit
 				}
 			}
 		}
@@ -1773,11 +1778,15 @@ func turnAt(tat, now, x int64, turns []turn, pp paceParam) (told, at int64) {
 
 // addTurn gives client its turn from x in turns (sorted by time, its own
 // settled already) and returns when to tell it (turnAt), with the turns.
-// A turn is kept only within horizon of now, and while fewer than
-// maxTurns are; otherwise the client is told it all the same.
+// A turn further than horizon from now is no turn (told 0: the client is
+// told what it would be without turns); with maxTurns kept, the client is
+// told its turn without it being kept.
 func addTurn(turns []turn, client uint32, tat, now, x, horizon int64, pp paceParam) (int64, []turn) {
 	told, at := turnAt(tat, now, x, turns, pp)
-	if len(turns) >= maxTurns || at-now > horizon {
+	if at-now > horizon {
+		return 0, turns
+	}
+	if len(turns) >= maxTurns {
 		return told, turns
 	}
 	i := len(turns)

@@ -768,12 +768,14 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	cs.exhausted = e.granted >= e.share || budgetShort || h.paceAt > 0
 	cs.accrues = nextAccrual(h.paceAt, h.moreAt, budgetShort && h.cut)
 	cs.booked, cs.turnAt = h.booked, h.turnAt
-	if need == 1 && take < need && h.turnAt == 0 {
+	if need == 1 && take < need && h.turnAt == 0 && e.share > 0 {
 		// Refused under pacing, by something other than the pacer: its
 		// paced amount, its share or the window's budget. It gets its turn
 		// at the pacer from when it could succeed alone. (Its own requests
 		// still go to the store from then: a turn changes what it is told,
-		// not what it is admitted.)
+		// not what it is admitted.) A client without a share gets none: at
+		// its turn its share would refuse it, and the unit would be lost
+		// to those told after it.
 		after := cs.accrues
 		if after == 0 {
 			_, after = planWindow(p, r.cfg)
