@@ -16,7 +16,7 @@ import (
 // Clients that back off the way a common HTTP library does, not one
 // written here: go-retryablehttp, whose default policy retries a 429 and
 // whose default backoff sleeps exactly what Retry-After says. Three
-// clients send ten requests each, one after the other, under each policy.
+// clients send twenty requests each, one after the other, under each policy.
 // Every client completes, and every refusal's headers agree with it; the
 // test reports how many retries made at Retry-After succeeded, the
 // attempts per success, and the capacity the clients used (the contract's
@@ -88,7 +88,7 @@ func runRetryingClients(t *testing.T, tg *target, clients, each int) ([]retryAtt
 }
 
 func TestRetryAfterHoldsForRetryingClients(t *testing.T) {
-	const clients, each = 3, 10
+	const clients, each = 3, 20
 	for _, c := range []struct {
 		name   string
 		cfg    map[string]any

@@ -179,3 +179,44 @@ func bulkClaim(t *testing.T, drop bool) {
 		t.Errorf("a got 50 units at +%v of a 10 s window (its gate had room for 1)", now.Sub(w))
 	}
 }
+
+// The window's last unit is booked for one client only: two clients the
+// gate refuses together, with one unit left, are not both told of it. The
+// one booked takes it at its moment; the other is told the window's end.
+func TestLastUnitIsBookedOnce(t *testing.T) {
+	cfg := Defaults(10, 5*time.Second)
+	cfg.Policy = Fair{}
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(30 * time.Millisecond)
+	for _, c := range []string{"a", "b", "c"} {
+		for i := 0; i < 3; i++ {
+			if d := l.AdmitAt(now, c); !d.Allowed {
+				t.Fatalf("set-up: %s's request %d refused: %+v", c, i, d)
+			}
+		}
+	}
+	da, db := l.AdmitAt(now, "a"), l.AdmitAt(now, "b")
+	if da.Allowed || db.Allowed {
+		t.Fatalf("set-up: a %+v, b %+v; want both held back by the gate", da, db)
+	}
+	admitted := 0
+	for _, c := range []struct {
+		id string
+		d  Decision
+	}{{"a", da}, {"b", db}} {
+		if c.d.RetryAfter >= c.d.Reset {
+			continue // told the window's end
+		}
+		if d := l.AdmitAt(now.Add(c.d.RetryAfter), c.id); !d.Allowed {
+			t.Errorf("%s retried at its Retry-After %v, before the window's end, and was refused: %+v", c.id, c.d.RetryAfter, d)
+		} else {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("%d of a and b were told of the one unit left and got it, want 1 (a: %+v, b: %+v)", admitted, da, db)
+	}
+}

@@ -469,7 +469,7 @@ func TestBudgetBookings(t *testing.T) {
 		return &bookAsk{client: client, need: 1, t: t, start: start, end: end}
 	}
 	// Refused at 300: its level reaches 3 units at 0.75 of the window.
-	at := bookUnits(&v, ask(1, 300), gate, v.granted, v.capacity)
+	at := bookUnits(&v, ask(1, 300), gate, v.granted, 0, v.capacity)
 	if want := gateAt(gate.nextAt(6, 10), 300, start, end); at != want || at <= 300 || len(v.booked) != 1 {
 		t.Fatalf("booked at %d (%+v), want %d", at, v.booked, want)
 	}
@@ -483,7 +483,7 @@ func TestBudgetBookings(t *testing.T) {
 		t.Fatalf("client 1 at its time: %+v, bookings %+v; want its unit and none left", r, v.booked)
 	}
 	// Early: cancelled, and not booked again before its time.
-	at = bookUnits(&v, ask(1, 300), gate, v.granted, v.capacity)
+	at = bookUnits(&v, ask(1, 300), gate, v.granted, 0, v.capacity)
 	again := ask(1, 300)
 	again.again = true
 	if r := settleBookings(&v, again, hold); r.at != at || r.changed || v.booked[0].n != 1 {
@@ -500,13 +500,21 @@ func TestBudgetBookings(t *testing.T) {
 	}
 	// Not coming: past hold, gone.
 	v.booked = nil
-	at = bookUnits(&v, ask(3, 300), gate, v.granted, v.capacity)
+	at = bookUnits(&v, ask(3, 300), gate, v.granted, 0, v.capacity)
 	if r := settleBookings(&v, ask(2, at+hold+1), hold); r.due != 0 || len(v.booked) != 0 {
 		t.Fatalf("past hold: due %d, bookings %+v; want none", r.due, v.booked)
 	}
+	// The budget's last unit booked for one client: no other is booked.
+	v.booked = nil
+	last := budget{capacity: 10, granted: 9}
+	first := bookUnits(&last, ask(5, 300), gate, last.granted, 0, last.capacity)
+	r := settleBookings(&last, ask(6, 300), hold)
+	if first == 0 || r.ahead != 1 || bookUnits(&last, ask(6, 300), gate, last.granted, r.ahead, last.capacity) != 0 {
+		t.Fatalf("one unit left: booked at %d, %d ahead, bookings %+v; want the first client's only", first, r.ahead, last.booked)
+	}
 	// Not in this window: no booking.
 	late := borrowGate{on: true, had: 4, lv: 4, guar: 1, burst: 1, elapsed: 0.3}
-	if at := bookUnits(&v, ask(4, 300), late, v.granted, v.capacity); at != 0 || len(v.booked) != 0 {
+	if at := bookUnits(&v, ask(4, 300), late, v.granted, 0, v.capacity); at != 0 || len(v.booked) != 0 {
 		t.Fatalf("its level reached for the window: booked at %d", at)
 	}
 }

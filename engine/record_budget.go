@@ -232,11 +232,13 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			case mine.at > 0:
 				bookedAt = mine.at // booked by this request, in an attempt before
 			case !mine.mine:
-				if bookedAt = bookUnits(&v, ask, gate, v.granted+due, left); bookedAt > 0 {
+				if bookedAt = bookUnits(&v, ask, gate, v.granted+due, mine.ahead, left); bookedAt > 0 {
 					changed = true
 				}
 			}
-			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved, left: left, held: left < v.capacity}
+			// (What is seen granted counts the units booked for others
+			// ahead: a refused client is not told of a unit that is theirs.)
+			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, left: left, held: left < v.capacity}
 		} else if delta < 0 {
 			moved = -min(-delta, v.granted)
 		}

@@ -1551,7 +1551,8 @@ type bookAsk struct {
 // being retried), or cancelled (it asked before its time).
 type settled struct {
 	due, claimed, at int64
-	mine, changed    bool // mine: its client has a booking (or a cancelled one)
+	ahead            int64 // units of the others' bookings not due yet
+	mine, changed    bool  // mine: its client has a booking (or a cancelled one)
 }
 
 // settleBookings drops v's bookings whose clients did not come within hold
@@ -1579,6 +1580,8 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 			}
 		case ask.t >= b.at:
 			r.due += b.n
+		default:
+			r.ahead += b.n
 		}
 		kept = append(kept, b)
 	}
@@ -1587,14 +1590,14 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 }
 
 // bookUnits books ask's unit in v for when gate next lets one through, if
-// it does in this window and the budget has it; it returns when (0: not
-// booked). Only a request of one unit is booked: the gate's next moment is
+// it does in this window and the budget has it beyond granted and the
+// units booked for others ahead; it returns when (0: not booked). Only a request of one unit is booked: the gate's next moment is
 // exact for one unit, and a booking of many, claimed past the gate, would
 // take the late pool in bulk from the clients the gate ranks first. (A
 // client that holds a booking, or a cancelled one, is not booked again:
 // the caller learns so from settleBookings first.)
-func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, left int64) int64 {
-	if ask.need != 1 || granted >= left || len(v.booked) >= maxBookings {
+func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, ahead, left int64) int64 {
+	if ask.need != 1 || granted+ahead >= left || len(v.booked) >= maxBookings {
 		return 0
 	}
 	at := gateAt(gate.nextAt(granted, left), ask.t, ask.start, ask.end)
