@@ -130,8 +130,8 @@ func TestFairRetryAfterIsWhenTheNextUnitAccrues(t *testing.T) {
 }
 
 // Paced, a client the limit's pacer held back (not the budget, which has
-// units left) is told when the pacer's next unit fits, not the window's
-// end, and a retry then is admitted. (After a second of idle the pacer
+// units left) is told its turn at the pacer, not the window's end, and a
+// retry then is admitted. (After a second of idle the pacer
 // holds two units: the one accrued, kept by its grace, and its burst.)
 func TestPacedRetryAfterIsThePacersNextUnit(t *testing.T) {
 	l := pacedThree(t)
