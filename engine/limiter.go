@@ -325,8 +325,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		cs.reset(p.window)
 	}
 	current := cs.plan == p.id
-	cs.unflushed += cost
-	l.view.markDirty(cs)
+	l.view.count(cs, cost)
 	if cs.unusable == p.id && !cs.flushDue() {
 		return l.overLimit(t, cs)
 	}

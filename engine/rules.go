@@ -1858,22 +1858,50 @@ func pacedAt(p *plan, cfg *Config, share, units int64) int64 {
 }
 
 // Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
-// of the units the worker saw the client ask for this window.
+// of the units the worker saw the client ask for this window, or a chunk
+// of leaseChunk units for a client far below its share (roomy).
 const (
 	leaseDivisor     = 16
 	leaseRateDivisor = 4
+	leaseChunk       = 8
 )
 
 // leaseSize is how many units a worker takes in one lease, at least need:
 // at most 1/leaseDivisor of what is left of the share, so leases shrink as
-// it drains, and at most 1/leaseRateDivisor of what this worker saw, so a
-// worker that sees little of a client holds little of its share. Both bound
-// the capacity that can sit unused in a worker. 0 when need does not fit.
-func leaseSize(avail, need, seen int64) int64 {
+// it drains, and at most batch, what the worker's view of the client
+// justifies (leaseWant). Both bound the capacity that can sit unused in a
+// worker. 0 when need does not fit.
+func leaseSize(avail, need, batch int64) int64 {
 	if avail < need || need <= 0 {
 		return 0
 	}
-	return min(avail, max(need, min(avail/leaseDivisor, seen/leaseRateDivisor)))
+	return min(avail, max(need, min(avail/leaseDivisor, batch)))
+}
+
+// roomy reports whether the client of entry e is far below its share: it
+// asked for at most half of it in the last window and so far in this one,
+// and what is left of it is at least leaseDivisor chunks. A worker leases
+// such a client a whole chunk however little it saw of it, and keeps an
+// unused chunk across ticks (clientState.keeps): with many clients each
+// asking a few units a window, a request then costs no lease of its own,
+// and a chunk no return. A client that uses its share is not roomy, so
+// chunks kept in workers it left do not refuse it; one that was quiet and
+// then uses its share at once across workers may find up to a chunk less
+// per worker it left.
+func roomy(e *entry) bool {
+	return e.share-e.granted >= leaseDivisor*leaseChunk && 2*math.Max(e.prev, float64(e.demand)) <= float64(e.share)
+}
+
+// addDemand writes n units a client asked for into its entry e: they count
+// towards its next share, keep it active and, asked again, prove it.
+func addDemand(e *entry, n int64, cfg *Config) {
+	e.demand += n
+	if e.demand > 0 {
+		e.active = max(e.active, e.window)
+	}
+	if e.tries == 1 && askedAgain(e, cfg) {
+		e.tries = 2
+	}
 }
 
 // leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the
@@ -1887,7 +1915,11 @@ func leaseSize(avail, need, seen int64) int64 {
 func leaseWant(pol compactPolicy, cfg *Config, p *plan, e *entry, need, seen, t int64) (want, paceAt int64) {
 	_, lends := pol.(lender)
 	if !cfg.Pace && !lends {
-		return leaseSize(e.share-e.granted, need, seen), 0
+		batch := seen / leaseRateDivisor
+		if roomy(e) {
+			batch = max(batch, leaseChunk)
+		}
+		return leaseSize(e.share-e.granted, need, batch), 0
 	}
 	avail := e.share - e.granted
 	if !lends {

@@ -622,6 +622,7 @@ type clientState struct {
 	unusable  uint64 // plan id under which the entry was found unreadable
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
+	roomy     bool   // far below its share at the last sync (roomy)
 }
 
 // reset starts the client's state afresh for window k: leases and counts of
@@ -700,13 +701,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			cs.reset(e.window)
 			cs.created = e.created
 		}
-		e.demand += cs.unflushed
-		if e.demand > 0 {
-			e.active = max(e.active, e.window)
-		}
-		if e.tries == 1 && askedAgain(&e, r.cfg) {
-			e.tries = 2
-		}
+		addDemand(&e, cs.unflushed, r.cfg)
 		ret, take, budgetShort = 0, 0, false
 		if returnLease {
 			ret = min(cs.lease, e.granted)
@@ -762,6 +757,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	cs.unflushed = 0
 	cs.lease += take - ret
 	cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
+	cs.roomy = roomy(&e)
 	cs.fresh = isNew(&e, p)
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
@@ -849,11 +845,18 @@ func (r *view) tick(real int64) {
 func (r *view) tickClients(t int64) {
 	keep := r.dirty[:0]
 	for _, cs := range r.dirty {
-		if cs.window == r.plan.window && cs.plan != 0 && (cs.unflushed > 0 || (cs.lease > 0 && !cs.used)) {
-			r.sync(cs, 0, !cs.used, t)
+		// An unused chunk of a roomy client stays: returning it and leasing
+		// again would cost two writes, and its share is far from out.
+		idle := cs.lease > 0 && !cs.used && !cs.keeps()
+		if cs.window == r.plan.window && cs.plan != 0 && (cs.unflushed > 0 || idle) {
+			r.sync(cs, 0, idle, t)
 		}
 		cs.used = false
-		if cs.window == r.plan.window && (cs.lease > 0 || cs.unflushed > 0) {
+		// A kept chunk with nothing to write needs no tick: the client's
+		// next request puts it back in the list (count). So the list, and
+		// a tick's work, is the clients that asked since the last tick,
+		// not every client holding a chunk.
+		if cs.window == r.plan.window && (cs.unflushed > 0 || cs.lease > 0 && !cs.keeps()) {
 			keep = append(keep, cs)
 		} else {
 			cs.dirty = false
@@ -862,6 +865,10 @@ func (r *view) tickClients(t int64) {
 	clear(r.dirty[len(keep):])
 	r.dirty = keep
 }
+
+// keeps reports whether the worker keeps the client's unused lease across
+// ticks: a chunk of a roomy client.
+func (cs *clientState) keeps() bool { return cs.roomy && cs.lease <= leaseChunk }
 
 // flush writes back this worker's demand before it plans a new window, so
 // that the plan counts it.
@@ -873,13 +880,21 @@ func (r *view) flush(t int64) {
 	}
 }
 
-func (r *view) markDirty(cs *clientState) {
+// count notes cost units asked for by a counted client, to write back.
+func (r *view) count(cs *clientState, cost int64) {
+	cs.unflushed += cost
 	if !cs.dirty {
 		cs.dirty = true
 		r.dirty = append(r.dirty, cs)
 	}
 }
 
+// flushDue reports whether the client's unwritten demand is to be written
+// now rather than on tick: at once while it is light, so that plans read
+// it exactly, and once it reaches 1/flushDivisor of what was written when
+// heavy. (Written on tick instead, the demand of many light clients would
+// be written all at once: one write per client asking since the last
+// tick, in one callback.)
 func (cs *clientState) flushDue() bool {
 	return cs.unflushed > 0 && cs.unflushed >= max(1, cs.flushed/flushDivisor)
 }

@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Clients far below their share (roomy) cost a worker fewer store
+// operations: a chunk lease serves all their requests in a window, and an
+// unused chunk stays across ticks. Their demand is still written with each
+// request, so the next plan reads it exactly.
+func TestRoomyClientsCostFewerStoreOps(t *testing.T) {
+	for _, w := range []int{1, 2} {
+		t.Run(fmt.Sprintf("W=%d", w), func(t *testing.T) {
+			const clients, asks = 1000, 3
+			cfg := Defaults(1<<20, 10*time.Second)
+			cfg.MaxClients = clients
+			store := &countingStore{Store: NewMemStore()}
+			workers := newWorkers(t, w, cfg, func() Store { return store })
+			ids := clientIDs(clients)
+			if err := workers[0].RegisterAt(t0, ids...); err != nil {
+				t.Fatal(err)
+			}
+			start := t0.Add(cfg.Cycle)
+			for _, l := range workers {
+				l.TickAt(start) // every worker reads the plan of the measured window
+			}
+			store.ops.Store(0)
+			// Each client asks asks times, spread over the window, on
+			// alternate workers; every worker ticks each second.
+			const ticks = 10
+			n := 0
+			for tick := 0; tick < ticks; tick++ {
+				for i := tick * clients * asks / ticks; i < (tick+1)*clients*asks/ticks; i++ {
+					at := start.Add(time.Duration(i) * cfg.Cycle / (clients * asks))
+					if d := workers[n%w].AdmitAt(at, ids[i%clients]); !d.Allowed {
+						t.Fatalf("request %d of %s refused: %+v", i/clients, ids[i%clients], d)
+					}
+					n++
+				}
+				for _, l := range workers {
+					l.TickAt(start.Add(time.Duration(tick+1)*time.Second - time.Millisecond))
+				}
+			}
+			perRequest := float64(store.ops.Load()) / float64(n)
+			t.Logf("W=%d: %.2f store operations per request", w, perRequest)
+			// A lease of one unit per request, with its demand written, is
+			// four operations (a bucket's and the budget's get and set). A
+			// chunk is four for the window, and each later request writes
+			// its demand: two. Three requests: 8/3, and the ticks and plans.
+			if perRequest > 3.25 {
+				t.Errorf("%.2f store operations per request of a roomy client, want at most 3.25", perRequest)
+			}
+			for _, id := range ids {
+				_, e, found, err := workers[0].view.find(HashID(id))
+				if err != nil || !found {
+					t.Fatalf("%s: no entry (%v)", id, err)
+				}
+				if e.demand != asks {
+					t.Fatalf("%s: demand written %d after the last tick, asked %d", id, e.demand, asks)
+				}
+			}
+		})
+	}
+}
+
+// A chunk a worker keeps for a roomy client strands at most that chunk
+// when the client's traffic moves to another worker and uses up its share:
+// the client is admitted its share less one chunk per worker it left. A
+// client that used its share in the last window is not roomy: it loses
+// nothing.
+func TestKeptChunksStrandAtMostAChunkPerWorker(t *testing.T) {
+	const w = 4
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+			cfg := Defaults(8*leaseDivisor*leaseChunk, 10*time.Second)
+			store := NewMemStore()
+			workers := newWorkers(t, w, cfg, func() Store { return store })
+			if err := workers[0].RegisterAt(t0, "a", "b", "c", "d"); err != nil {
+				t.Fatal(err)
+			}
+			last := workers[w-1]
+			if busy {
+				send(last, t0.Add(time.Second), "a", int(cfg.Capacity))
+			}
+			start := t0.Add(cfg.Cycle)
+			share := int64(0)
+			// The client asks once on every worker, then only on the last
+			// one, every worker ticking between requests, until refused.
+			for i, l := range workers {
+				d := l.AdmitAt(start.Add(time.Duration(i)*time.Millisecond), "a")
+				if !d.Allowed {
+					t.Fatalf("first request on worker %d refused: %+v", i, d)
+				}
+				share = d.Limit
+			}
+			if share < leaseDivisor*leaseChunk {
+				t.Fatalf("share %d: the client is not roomy", share)
+			}
+			admitted := int64(w)
+			for i := 0; i < int(share)*2; i++ {
+				at := start.Add(time.Second + time.Duration(i)*time.Millisecond)
+				for _, l := range workers {
+					l.TickAt(at)
+				}
+				if !last.AdmitAt(at, "a").Allowed {
+					break
+				}
+				admitted++
+			}
+			floor := share - (w-1)*leaseChunk
+			if busy {
+				floor = share
+			}
+			if admitted < floor || admitted > share {
+				t.Fatalf("admitted %d of a share of %d, want at least %d", admitted, share, floor)
+			}
+			t.Logf("admitted %d of a share of %d with %d workers", admitted, share, w)
+		})
+	}
+}
