@@ -127,7 +127,8 @@ bench-envoy:
 # The scale variants of bench-envoy: 50, 10,000 and 100,000 known clients
 # with 10 s windows, 50 and 10,000 with 1 s windows, and the flood with 1 s
 # windows, each against the 50-client row of its cycle in the same round.
-# Every id must have asked twice to be counted, hence the long warm-up.
+# Every id must have asked twice to be counted: the warm-up sends each id
+# twice in a row, and goes on until at most 1% of answers are 429s.
 bench-envoy-scale:
 	@$(MAKE) --no-print-directory bench-envoy BENCH_ENVOY_FLAGS='-scale -only scale-50,scale-10k,scale-100k,scale-50-1s,scale-10k-1s,scale-flood-1s -warmup 15s -duration 15s -rounds 3 $(BENCH_ENVOY_FLAGS)'
 

@@ -4,10 +4,12 @@
 --   header id...             rotate over the given ids. The requests are
 --                            formatted once in init, so the per-request Lua
 --                            work is an index and a return, not a string build.
---   header --flood P N       ids P1 ... PN, built per request (too many to
+--   header --flood P N [twice]
+--                            ids P1 ... PN, built per request (too many to
 --                            format in advance), visited in order from a
 --                            random starting point, so that each run meets
---                            ids the filter has mostly not seen lately.
+--                            ids the filter has mostly not seen lately;
+--                            with twice, each id twice in a row.
 --
 -- done prints one machine-readable line that the Go side parses; wrk's own
 -- human summary is ignored.
@@ -15,6 +17,7 @@
 local requests = {}
 local next_index = 0
 local header, flood_prefix, flood_count
+local repeats, sent = 1, 0
 
 function init(args)
 	header = args[1]
@@ -22,6 +25,9 @@ function init(args)
 		flood_prefix, flood_count = args[3], tonumber(args[4])
 		if flood_prefix == nil or flood_count == nil or flood_count < 1 then
 			error("clients.lua: --flood wants a prefix and a count")
+		end
+		if args[5] == "twice" then
+			repeats = 2
 		end
 		math.randomseed(os.time())
 		next_index = math.random(flood_count) - 1
@@ -37,7 +43,10 @@ end
 
 function request()
 	if flood_count then
-		next_index = next_index % flood_count + 1
+		if sent % repeats == 0 then
+			next_index = next_index % flood_count + 1
+		end
+		sent = sent + 1
 		return wrk.format("GET", "/", { [header] = flood_prefix .. next_index })
 	end
 	next_index = next_index % #requests + 1

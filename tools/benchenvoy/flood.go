@@ -28,6 +28,15 @@ func (v variant) loadArgs(o Options) []string {
 	return o.clientIDs()
 }
 
+// warmArgs are loadArgs for the warm-up: the ids of a known flood each
+// twice in a row.
+func (v variant) warmArgs(o Options) []string {
+	if v.known {
+		return append(v.loadArgs(o), "twice")
+	}
+	return v.loadArgs(o)
+}
+
 // answer checks one probe's answer against the expectation.
 func (e expectation) answer(status int, h http.Header) error {
 	if e.mixed != nil {

@@ -238,8 +238,13 @@ func Run(o Options) (_ *Results, err error) {
 			if err := settle(client, in, o.clientIDs()); err != nil {
 				return nil, err
 			}
-			if _, err := load(in, warm).run(); err != nil {
+			w := load(in, warm)
+			w.clients = in.warmArgs(o)
+			if _, err := w.run(); err != nil {
 				return nil, fmt.Errorf("%s: warm-up: %w", in.name, err)
+			}
+			if err := register(o, in, load); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -281,9 +286,39 @@ func Run(o Options) (_ *Results, err error) {
 	return res, nil
 }
 
-// startAll starts every variant's Envoy, in parallel (each compiles its
-// module on start-up). It returns what it started even on error, for the
-// caller to stop.
+// register goes on warming a known flood up, in loads of registerStep,
+// until at most 1% of a load's answers are 429s (newcomers not yet
+// counted), so that its row measures known clients however slow the
+// machine is: at a few thousand requests per second, 100,000 ids take
+// more than a minute to be asked twice each. It gives up after
+// registerSteps loads and says so; the row's 429 column then shows it.
+func register(o Options, in *instance, load func(*instance, int) wrkRun) error {
+	if !in.known {
+		return nil
+	}
+	for i := 0; i < registerSteps; i++ {
+		r, err := load(in, registerStep).run()
+		if err != nil {
+			return fmt.Errorf("%s: warm-up: %w", in.name, err)
+		}
+		if r.non2xx3xx*100 <= r.requests {
+			return nil
+		}
+		fmt.Fprintf(o.Progress, "benchenvoy: warm-up %s: %d of %d answers were 429s, %ds more\n", in.name, r.non2xx3xx, r.requests, registerStep)
+	}
+	fmt.Fprintf(o.Progress, "benchenvoy: warm-up %s: still over 1%% 429s after %d more loads\n", in.name, registerSteps)
+	return nil
+}
+
+const (
+	registerStep  = 5 // seconds
+	registerSteps = 24
+)
+
+// startAll starts every variant's Envoy, as many at a time as there are
+// CPUs (each compiles its module on start-up: more at once on a small
+// machine only makes every one of them miss its readiness deadline). It
+// returns what it started even on error, for the caller to stop.
 func startAll(o Options, pl placement, vs []variant) ([]*instance, error) {
 	insts := make([]*instance, len(vs))
 	errs := make([]error, len(vs))
@@ -296,10 +331,13 @@ func startAll(o Options, pl placement, vs []variant) ([]*instance, error) {
 		}
 	}
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.NumCPU())
 	for i, v := range vs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			fmt.Fprintf(o.Progress, "benchenvoy: starting Envoy for %s\n", v.name)
 			insts[i], errs[i] = start(o, pl, v)
 			if errs[i] != nil {
