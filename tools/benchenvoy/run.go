@@ -287,24 +287,31 @@ func Run(o Options) (_ *Results, err error) {
 }
 
 // register goes on warming a known flood up, in loads of registerStep,
-// until at most 1% of a load's answers are 429s (newcomers not yet
-// counted), so that its row measures known clients however slow the
-// machine is: at a few thousand requests per second, 100,000 ids take
-// more than a minute to be asked twice each. It gives up after
-// registerSteps loads and says so; the row's 429 column then shows it.
+// until at most 1% of the answers over a whole rotation of its ids (one
+// or more loads) are 429s (newcomers not yet counted), so that its row
+// measures known clients however slow the machine is: at a few thousand
+// requests per second, 100,000 ids take more than a minute to be asked
+// twice each. It gives up after registerSteps loads and says so; the
+// row's 429 column then shows it.
 func register(o Options, in *instance, load func(*instance, int) wrkRun) error {
 	if !in.known {
 		return nil
 	}
+	var asked, refused uint64
 	for i := 0; i < registerSteps; i++ {
 		r, err := load(in, registerStep).run()
 		if err != nil {
 			return fmt.Errorf("%s: warm-up: %w", in.name, err)
 		}
-		if r.non2xx3xx*100 <= r.requests {
+		asked, refused = asked+r.requests, refused+r.non2xx3xx
+		if asked < uint64(in.flood) {
+			continue // not every id asked yet
+		}
+		if refused*100 <= asked {
 			return nil
 		}
-		fmt.Fprintf(o.Progress, "benchenvoy: warm-up %s: %d of %d answers were 429s, %ds more\n", in.name, r.non2xx3xx, r.requests, registerStep)
+		fmt.Fprintf(o.Progress, "benchenvoy: warm-up %s: %d of %d answers were 429s, more\n", in.name, refused, asked)
+		asked, refused = 0, 0
 	}
 	fmt.Fprintf(o.Progress, "benchenvoy: warm-up %s: still over 1%% 429s after %d more loads\n", in.name, registerSteps)
 	return nil
@@ -312,7 +319,7 @@ func register(o Options, in *instance, load func(*instance, int) wrkRun) error {
 
 const (
 	registerStep  = 5 // seconds
-	registerSteps = 24
+	registerSteps = 36
 )
 
 // startAll starts every variant's Envoy, as many at a time as there are
