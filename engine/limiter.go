@@ -158,8 +158,9 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // refused it, and a refused request takes nothing. Call it in the same
 // callback as the admission. The units go back to this worker's lease for
 // the client, for its next request in the window, and are handed back to
-// the window's budget with the rest of the lease if unused; the attempt
-// still counts as demand. Nothing happens when the client's state is of
+// the window's budget with the rest of the lease if unused (a roomy
+// client's, of at most a chunk, stays with the worker for the window: see
+// roomy); the attempt still counts as demand. Nothing happens when the client's state is of
 // another window.
 func (l *Limiter) Refund(client string, cost int64) {
 	if cs := l.view.clients[clientHash(client)]; cs != nil && cs.window == l.view.plan.window {

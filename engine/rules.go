@@ -1878,17 +1878,23 @@ func leaseSize(avail, need, batch int64) int64 {
 	return min(avail, max(need, min(avail/leaseDivisor, batch)))
 }
 
-// roomy reports whether the client of entry e is far below its share: it
-// asked for at most half of it in the last window and so far in this one,
-// and what is left of it is at least leaseDivisor chunks. A worker leases
-// such a client a whole chunk however little it saw of it, and keeps an
-// unused chunk across ticks (clientState.keeps): with many clients each
-// asking a few units a window, a request then costs no lease of its own,
-// and a chunk no return. A client that uses its share is not roomy, so
-// chunks kept in workers it left do not refuse it; one that was quiet and
-// then uses its share at once across workers may find up to a chunk less
-// per worker it left.
-func roomy(e *entry) bool {
+// roomy reports whether the client of entry e is far below its share, for
+// a limit whose leases are batches (a partition, unpaced, outside fleet
+// mode: see leaseWant): it asked for at most half of it in the last window
+// and so far in this one, and what is left of it is at least leaseDivisor
+// chunks. A worker leases such a client a whole chunk however little it
+// saw of it, and keeps an unused lease of at most a chunk across ticks
+// (clientState.keeps): with many clients each asking a few units a
+// window, a request then costs no lease of its own, and a chunk no return.
+// A client that used its share in the last window is not roomy; one that
+// was quiet and then uses its share at once across workers may find up to
+// a chunk less per worker it left, until the window ends. (In fleet mode
+// units kept in workers would be units the process holds and never gives
+// back to Gubernator: leases there stay as they were.)
+func roomy(pol compactPolicy, cfg *Config, e *entry) bool {
+	if _, lends := pol.(lender); lends || cfg.Pace || cfg.Fleet != nil {
+		return false
+	}
 	return e.share-e.granted >= leaseDivisor*leaseChunk && 2*math.Max(e.prev, float64(e.demand)) <= float64(e.share)
 }
 
@@ -1916,7 +1922,7 @@ func leaseWant(pol compactPolicy, cfg *Config, p *plan, e *entry, need, seen, t 
 	_, lends := pol.(lender)
 	if !cfg.Pace && !lends {
 		batch := seen / leaseRateDivisor
-		if roomy(e) {
+		if roomy(pol, cfg, e) {
 			batch = max(batch, leaseChunk)
 		}
 		return leaseSize(e.share-e.granted, need, batch), 0

@@ -757,7 +757,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	cs.unflushed = 0
 	cs.lease += take - ret
 	cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
-	cs.roomy = roomy(&e)
+	cs.roomy = roomy(r.pol, r.cfg, &e)
 	cs.fresh = isNew(&e, p)
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
@@ -828,7 +828,7 @@ func (r *view) unbook(cs *clientState, t int64) {
 func (cs *clientState) waitsForPool(t int64) bool { return cs.accrues == 0 || t < cs.accrues }
 
 // tick is TickAt's work at the clock reading real: it reads the plan,
-// writes demand back and returns unused leases (tickClients), and plans
+// writes demand back and returns unused leases but kept ones (tickClients), and plans
 // when a plan is due.
 func (r *view) tick(real int64) {
 	if err := r.refresh(real); err != nil {
@@ -841,7 +841,8 @@ func (r *view) tick(real int64) {
 	}
 }
 
-// tickClients flushes demand and returns leases unused since the last tick.
+// tickClients flushes demand and returns leases unused since the last
+// tick, but those it keeps (clientState.keeps).
 func (r *view) tickClients(t int64) {
 	keep := r.dirty[:0]
 	for _, cs := range r.dirty {
@@ -867,7 +868,7 @@ func (r *view) tickClients(t int64) {
 }
 
 // keeps reports whether the worker keeps the client's unused lease across
-// ticks: a chunk of a roomy client.
+// ticks: at most a chunk, of a roomy client (as of the last sync).
 func (cs *clientState) keeps() bool { return cs.roomy && cs.lease <= leaseChunk }
 
 // flush writes back this worker's demand before it plans a new window, so
