@@ -160,8 +160,8 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // the client, for its next request in the window, and are handed back to
 // the window's budget with the rest of the lease if unused (a roomy
 // client's, of at most a chunk, stays with the worker for the window: see
-// roomy); the attempt still counts as demand. Nothing happens when the client's state is of
-// another window.
+// roomy); the attempt still counts as demand. Nothing happens when the
+// client's state is of another window.
 func (l *Limiter) Refund(client string, cost int64) {
 	if cs := l.view.clients[clientHash(client)]; cs != nil && cs.window == l.view.plan.window {
 		cs.lease += max(cost, 1)
@@ -326,7 +326,8 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		cs.reset(p.window)
 	}
 	current := cs.plan == p.id
-	l.view.count(cs, cost)
+	cs.unflushed += cost
+	l.view.markDirty(cs)
 	if cs.unusable == p.id && !cs.flushDue() {
 		return l.overLimit(t, cs)
 	}

@@ -1898,18 +1898,6 @@ func roomy(pol compactPolicy, cfg *Config, e *entry) bool {
 	return e.share-e.granted >= leaseDivisor*leaseChunk && 2*math.Max(e.prev, float64(e.demand)) <= float64(e.share)
 }
 
-// addDemand writes n units a client asked for into its entry e: they count
-// towards its next share, keep it active and, asked again, prove it.
-func addDemand(e *entry, n int64, cfg *Config) {
-	e.demand += n
-	if e.demand > 0 {
-		e.active = max(e.active, e.window)
-	}
-	if e.tries == 1 && askedAgain(e, cfg) {
-		e.tries = 2
-	}
-}
-
 // leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the
 // fair policy, a lease is exactly need. A fair client's batch would draw
 // units from the window budget before they are used, even within its

@@ -701,7 +701,13 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			cs.reset(e.window)
 			cs.created = e.created
 		}
-		addDemand(&e, cs.unflushed, r.cfg)
+		e.demand += cs.unflushed
+		if e.demand > 0 {
+			e.active = max(e.active, e.window)
+		}
+		if e.tries == 1 && askedAgain(&e, r.cfg) {
+			e.tries = 2
+		}
 		ret, take, budgetShort = 0, 0, false
 		if returnLease {
 			ret = min(cs.lease, e.granted)
@@ -828,8 +834,8 @@ func (r *view) unbook(cs *clientState, t int64) {
 func (cs *clientState) waitsForPool(t int64) bool { return cs.accrues == 0 || t < cs.accrues }
 
 // tick is TickAt's work at the clock reading real: it reads the plan,
-// writes demand back and returns unused leases but kept ones (tickClients), and plans
-// when a plan is due.
+// writes demand back and returns unused leases it does not keep
+// (tickClients), and plans when a plan is due.
 func (r *view) tick(real int64) {
 	if err := r.refresh(real); err != nil {
 		return
@@ -854,7 +860,7 @@ func (r *view) tickClients(t int64) {
 		}
 		cs.used = false
 		// A kept chunk with nothing to write needs no tick: the client's
-		// next request puts it back in the list (count). So the list, and
+		// next request puts it back in the list (markDirty). So the list, and
 		// a tick's work, is the clients that asked since the last tick,
 		// not every client holding a chunk.
 		if cs.window == r.plan.window && (cs.unflushed > 0 || cs.lease > 0 && !cs.keeps()) {
@@ -881,9 +887,7 @@ func (r *view) flush(t int64) {
 	}
 }
 
-// count notes cost units asked for by a counted client, to write back.
-func (r *view) count(cs *clientState, cost int64) {
-	cs.unflushed += cost
+func (r *view) markDirty(cs *clientState) {
 	if !cs.dirty {
 		cs.dirty = true
 		r.dirty = append(r.dirty, cs)
