@@ -128,7 +128,8 @@ bench-envoy:
 # with 10 s windows, 50 and 10,000 with 1 s windows, and the flood with 1 s
 # windows, each against the 50-client row of its cycle in the same round.
 # Every id must have asked twice to be counted: the warm-up sends each id
-# twice in a row, and goes on until at most 1% of answers are 429s.
+# twice in a row, and goes on until at most 1% of the answers over a whole
+# pass of the ids are 429s.
 bench-envoy-scale:
 	@$(MAKE) --no-print-directory bench-envoy BENCH_ENVOY_FLAGS='-scale -only scale-50,scale-10k,scale-100k,scale-50-1s,scale-10k-1s,scale-flood-1s -warmup 15s -duration 15s -rounds 3 $(BENCH_ENVOY_FLAGS)'
 
