@@ -220,3 +220,30 @@ func TestLastUnitIsBookedOnce(t *testing.T) {
 		t.Errorf("%d of a and b were told of the one unit left and got it, want 1 (a: %+v, b: %+v)", admitted, da, db)
 	}
 }
+
+// owedAfter over a client's takes in a window: its first take adds what
+// it leaves of its guarantee, the next ones pay it off, and takes past it
+// or without a gate change nothing.
+func TestOwedAfter(t *testing.T) {
+	gate := func(had, own int64) borrowGate { return borrowGate{on: true, had: had, own: own} }
+	for _, c := range []struct {
+		name        string
+		owed        int64
+		gate        borrowGate
+		moved, want int64
+	}{
+		{"first take, part of the guarantee", 2, gate(0, 3), 1, 4},
+		{"first take, the whole guarantee", 2, gate(0, 3), 3, 2},
+		{"first take, past the guarantee", 2, gate(0, 3), 5, 2},
+		{"first take refused: not a client that took", 2, gate(0, 3), 0, 2},
+		{"a later take pays off", 4, gate(1, 2), 1, 3},
+		{"a later take past the guarantee", 4, gate(1, 2), 5, 2},
+		{"a take past the guarantee already", 4, gate(3, 0), 2, 4},
+		{"never below zero (a first take counted on another worker too)", 1, gate(1, 2), 2, 0},
+		{"no gate", 4, borrowGate{}, 2, 4},
+	} {
+		if got := owedAfter(c.owed, c.gate, c.moved); got != c.want {
+			t.Errorf("%s: owedAfter(%d, had %d own %d, %d) = %d, want %d", c.name, c.owed, c.gate.had, c.gate.own, c.moved, got, c.want)
+		}
+	}
+}

@@ -14,8 +14,8 @@ import (
 // budgetVersion and budgetLen: the window budget's encoding, before its
 // bookings (budgetBookingLen each).
 const (
-	budgetVersion    = 4
-	budgetLen        = 1 + 8*6 + 1 + sealLen
+	budgetVersion    = 5
+	budgetLen        = 1 + 8*7 + 1 + sealLen
 	budgetBookingLen = 4 + 4 + 8 // client, n, at
 )
 
@@ -30,6 +30,7 @@ type budget struct {
 	capacity int64
 	end      int64     // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
+	owed     int64     // the fair policy's guarantees owed to clients that took in the window (owedAfter)
 	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
@@ -49,6 +50,7 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, uint64(v.capacity))
 	dst = le.AppendUint64(dst, uint64(v.end))
 	dst = le.AppendUint64(dst, math.Float64bits(v.late))
+	dst = le.AppendUint64(dst, uint64(v.owed))
 	dst = append(dst, byte(len(v.booked)))
 	for _, b := range v.booked {
 		dst = le.AppendUint32(dst, b.client)
@@ -59,7 +61,8 @@ func appendBudget(dst []byte, v budget) []byte {
 }
 
 func decodeBudget(b []byte) (budget, error) {
-	if len(b) < budgetLen || b[0] != budgetVersion || int(b[49]) > maxBookings || len(b) != budgetLen+int(b[49])*budgetBookingLen {
+	const count = budgetLen - sealLen - 1 // the bookings' count
+	if len(b) < budgetLen || b[0] != budgetVersion || int(b[count]) > maxBookings || len(b) != budgetLen+int(b[count])*budgetBookingLen {
 		return budget{}, fmt.Errorf("%w: budget of %d bytes", errCorrupt, len(b))
 	}
 	b, err := unseal(b)
@@ -74,9 +77,10 @@ func decodeBudget(b []byte) (budget, error) {
 		granted:  int64(le.Uint64(b[17:])),
 		capacity: int64(le.Uint64(b[25:])),
 		late:     math.Float64frombits(le.Uint64(b[41:])),
+		owed:     int64(le.Uint64(b[49:])),
 	}
-	for i := 0; i < int(b[49]); i++ {
-		e := b[budgetLen-sealLen+i*budgetBookingLen:]
+	for i := 0; i < int(b[count]); i++ {
+		e := b[count+1+i*budgetBookingLen:]
 		bk := booking{client: le.Uint32(e), n: int64(le.Uint32(e[4:])), at: int64(le.Uint64(e[8:]))}
 		if bk.n > 1 { // (bookUnits books one unit)
 			return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
@@ -84,7 +88,8 @@ func decodeBudget(b []byte) (budget, error) {
 		v.booked = append(v.booked, bk)
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
-		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) {
+		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) ||
+		v.owed < 0 || v.owed > MaxCapacity {
 		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
@@ -139,10 +144,12 @@ func (r *view) give(n int64) { _, _, _, _ = r.adjust(-n, borrowGate{}, nil) }
 
 // budgetSeen is the budget as the last take left it, for the Retry-After
 // of a client it left short (view.take): granted of left (the capacity in
-// force), and whether what the fleet holds is what bounded left.
+// force), what of the rest is owed, and whether what the fleet holds is
+// what bounded left.
 type budgetSeen struct {
 	window        int64
 	granted, left int64
+	owed          int64 // the guarantees of clients that took, still owed to them (budget.owed)
 	held          bool
 }
 
@@ -227,18 +234,23 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 				v.late, changed = late, true
 			}
 			clipped = moved < allowed
+			if ask != nil {
+				if owed := owedAfter(v.owed, gate, moved); owed != v.owed {
+					v.owed, changed = owed, true
+				}
+			}
 			switch {
 			case moved > 0 || !clipped || ask == nil:
 			case mine.at > 0:
 				bookedAt = mine.at // booked by this request, in an attempt before
 			case !mine.mine:
-				if bookedAt = bookUnits(&v, ask, gate, v.granted+due, mine.ahead, left); bookedAt > 0 {
+				if bookedAt = bookUnits(&v, ask, gate, v.granted+due+v.owed, mine.ahead, left); bookedAt > 0 {
 					changed = true
 				}
 			}
 			// (What is seen granted counts the units booked for others
 			// ahead: a refused client is not told of a unit that is theirs.)
-			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, left: left, held: left < v.capacity}
+			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, owed: v.owed, left: left, held: left < v.capacity}
 		} else if delta < 0 {
 			moved = -min(-delta, v.granted)
 		}

@@ -202,7 +202,8 @@ type retryingAttempt struct {
 // retryingClients runs clients that send each requests one after the
 // other, 2 ms apart, alternating over the workers, and that obey
 // Retry-After as an HTTP client does: whole seconds, rounded up (RFC 9110).
-func retryingClients(workers []*Limiter, start time.Time, clients, each int) []retryingAttempt {
+// Client i starts i × stagger after start.
+func retryingClients(workers []*Limiter, start time.Time, stagger time.Duration, clients, each int) []retryingAttempt {
 	type client struct {
 		next  time.Time
 		done  int
@@ -210,7 +211,7 @@ func retryingClients(workers []*Limiter, start time.Time, clients, each int) []r
 	}
 	cs := make([]*client, clients)
 	for i := range cs {
-		cs[i] = &client{next: start.Add(time.Duration(i) * time.Millisecond)}
+		cs[i] = &client{next: start.Add(time.Duration(i) * stagger)}
 	}
 	var out []retryingAttempt
 	for n := 0; ; n++ {
@@ -250,7 +251,7 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
 	start := t0.Add(5*time.Second + 20*time.Millisecond)
 	k0, _, end0 := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
-	attempts := retryingClients(workers, start, 3, 10)
+	attempts := retryingClients(workers, start, time.Millisecond, 3, 10)
 	done := make([]int, 3)
 	for _, a := range attempts {
 		if a.d.Allowed {
@@ -281,16 +282,17 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 }
 
 // retryingRun runs three retrying clients of ten requests over two workers
-// of cfg on one store, from just after a window's start, and returns their
+// of cfg on one store, from just after a window's start, each stagger
+// after the one before, and returns their
 // attempts, that first window, the units admitted per window and the last
 // window that admitted any.
-func retryingRun(t *testing.T, cfg Config) (attempts []retryingAttempt, k0 int64, per map[int64]int64, last int64) {
+func retryingRun(t *testing.T, cfg Config, stagger time.Duration) (attempts []retryingAttempt, k0 int64, per map[int64]int64, last int64) {
 	t.Helper()
 	store := NewMemStore()
 	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
 	start := t0.Add(5*time.Second + 20*time.Millisecond)
 	k0, _, _ = WindowAt(start, cfg.Cycle, cfg.WindowOffset)
-	attempts = retryingClients(workers, start, 3, 10)
+	attempts = retryingClients(workers, start, stagger, 3, 10)
 	per = map[int64]int64{}
 	for _, a := range attempts {
 		if a.d.Allowed {
@@ -323,16 +325,23 @@ func retriesAfterFirst(t *testing.T, attempts []retryingAttempt, k0 int64) (retr
 // together: under the fair policy (10 per 5 s) the pool's next unit would
 // go to one of them only. Each refused client books its unit for the time
 // it is told, so from the second window on every retry made at
-// Retry-After succeeds.
+// Retry-After succeeds. Staggered, a client is refused while another has
+// yet to take its guarantee: the pool's one unit past the guarantees is
+// booked by the first refused, and the second is told the window's end,
+// not a unit the third's guarantee will take.
 func TestRetryingClientsSucceedUnderFair(t *testing.T) {
-	cfg := Defaults(10, 5*time.Second)
-	cfg.Policy = Fair{}
-	attempts, k0, per, last := retryingRun(t, cfg)
-	retries, ok := retriesAfterFirst(t, attempts, k0)
-	if last < k0+2 || retries == 0 {
-		t.Fatalf("done by window %d with %d retries after the first: too little to show anything", last-k0, retries)
+	for _, stagger := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 5 * time.Millisecond} {
+		t.Run(fmt.Sprint("stagger ", stagger), func(t *testing.T) {
+			cfg := Defaults(10, 5*time.Second)
+			cfg.Policy = Fair{}
+			attempts, k0, per, last := retryingRun(t, cfg, stagger)
+			retries, ok := retriesAfterFirst(t, attempts, k0)
+			if last < k0+2 || retries == 0 {
+				t.Fatalf("done by window %d with %d retries after the first: too little to show anything", last-k0, retries)
+			}
+			t.Logf("admitted per window %v; %d of %d retries after the first window succeeded, %d attempts in all", per, ok, retries, len(attempts))
+		})
 	}
-	t.Logf("admitted per window %v; %d of %d retries after the first window succeeded, %d attempts in all", per, ok, retries, len(attempts))
 }
 
 // Paced with burst 0.2 (6 per 5 s: one unit every 833 ms, a tolerance
@@ -347,7 +356,7 @@ func TestRetryingClientsSucceedUnderFair(t *testing.T) {
 func TestRetryingClientsUsePacedCapacity(t *testing.T) {
 	cfg := Defaults(6, 5*time.Second)
 	cfg.Pace, cfg.Burst = true, 0.2
-	attempts, k0, per, last := retryingRun(t, cfg)
+	attempts, k0, per, last := retryingRun(t, cfg, time.Millisecond)
 	retries, ok := retriesAfterFirst(t, attempts, k0)
 	if last < k0+3 || retries == 0 {
 		t.Fatalf("done by window %d with %d retries after the first: too little to show anything", last-k0, retries)

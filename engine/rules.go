@@ -1489,7 +1489,9 @@ func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t
 	if !clipped {
 		return 0
 	}
-	return gateAt(gate.nextAt(seen.granted, seen.left), t, start, end)
+	// (Units owed to the guarantees of clients that took are not the
+	// pool's: those clients come back for them.)
+	return gateAt(gate.nextAt(min(seen.granted+seen.owed, seen.left), seen.left), t, start, end)
 }
 
 // gateAt is the moment fraction f of the window [start, end) comes, no
@@ -1587,6 +1589,31 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 	}
 	v.booked = kept
 	return r
+}
+
+// owedAfter is what a budget that owed owed to the guarantees of the
+// clients that took in its window owes after a take of moved units through
+// gate: a client's first take in the window (it had nothing) adds what it
+// leaves of its guarantee, and each take pays off what it took of it.
+// Bookings are made beyond it (bookUnits), so that a unit booked for a
+// client past its entitlement is not one that another client, busy in the
+// window, takes first within its guarantee: that client was under no gate,
+// and the booked client, told its time, would find nothing there. The
+// guarantees of clients that have not taken are not counted: the pool
+// lends them as the window accrues, and so may a booking. (Two workers
+// that both see a client's first take count its guarantee twice: owed
+// errs on the side of booking less.)
+func owedAfter(owed int64, gate borrowGate, moved int64) int64 {
+	if !gate.on {
+		return owed
+	}
+	if gate.had == 0 {
+		if moved == 0 {
+			return owed // no take: not yet a client that took
+		}
+		return owed + max(0, gate.own-moved)
+	}
+	return max(0, owed-min(moved, gate.own))
 }
 
 // bookUnits books ask's unit in v for when gate next lets one through, if

@@ -226,7 +226,7 @@ func TestTurnsDoNotSlowObeyingClients(t *testing.T) {
 		took := func(store Store) time.Duration {
 			ws := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
 			start := t0.Add(c.cycle + 20*time.Millisecond)
-			out := retryingClients(ws, start, c.clients, 10)
+			out := retryingClients(ws, start, time.Millisecond, c.clients, 10)
 			return out[len(out)-1].at.Sub(start)
 		}
 		with, without := took(NewMemStore()), took(turnless{NewMemStore()})
