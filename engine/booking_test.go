@@ -221,29 +221,34 @@ func TestLastUnitIsBookedOnce(t *testing.T) {
 	}
 }
 
-// owedAfter over a client's takes in a window: its first take adds what
-// it leaves of its guarantee, the next ones pay it off, and takes past it
-// or without a gate change nothing.
+// owedAfter over a client's takes in a window, with a guarantee of 6: its
+// first take adds what it leaves of what it is expected to take of its
+// guarantee (what it asked for in the window before, or twice what it has
+// had), the next ones pay that off, and takes past it change nothing.
 func TestOwedAfter(t *testing.T) {
-	gate := func(had, own int64) borrowGate { return borrowGate{on: true, had: had, own: own} }
+	gate := func(had, expects int64) borrowGate { return borrowGate{on: true, had: had, guar: 6, expects: expects} }
 	for _, c := range []struct {
 		name        string
 		owed        int64
 		gate        borrowGate
 		moved, want int64
 	}{
-		{"first take, part of the guarantee", 2, gate(0, 3), 1, 4},
-		{"first take, the whole guarantee", 2, gate(0, 3), 3, 2},
-		{"first take, past the guarantee", 2, gate(0, 3), 5, 2},
+		{"first take, part of what it asked for before", 2, gate(0, 3), 1, 4},
+		{"first take of all it asked for before: expected to double it", 2, gate(0, 3), 3, 5},
+		{"first take past its guarantee", 2, gate(0, 3), 7, 2},
 		{"first take refused: not a client that took", 2, gate(0, 3), 0, 2},
-		{"a later take pays off", 4, gate(1, 2), 1, 3},
-		{"a later take past the guarantee", 4, gate(1, 2), 5, 2},
-		{"a take past the guarantee already", 4, gate(3, 0), 2, 4},
-		{"never below zero (a first take counted on another worker too)", 1, gate(1, 2), 2, 0},
+		{"a client that asked for nothing before is expected to double what it had", 2, gate(0, 0), 1, 3},
+		{"... up to its guarantee", 0, gate(0, 0), 4, 2},
+		{"a light client's one unit holds back one more", 2, gate(0, 1), 1, 3},
+		{"a later take pays off", 4, gate(4, 6), 1, 3},
+		{"a take at twice what it had expects more", 4, gate(2, 3), 1, 5},
+		{"a later take past it", 4, gate(4, 6), 5, 2},
+		{"a take past its guarantee already", 4, gate(6, 6), 2, 4},
+		{"never below zero (a first take counted on another worker too)", 1, gate(4, 6), 2, 0},
 		{"no gate", 4, borrowGate{}, 2, 4},
 	} {
 		if got := owedAfter(c.owed, c.gate, c.moved); got != c.want {
-			t.Errorf("%s: owedAfter(%d, had %d own %d, %d) = %d, want %d", c.name, c.owed, c.gate.had, c.gate.own, c.moved, got, c.want)
+			t.Errorf("%s: owedAfter(%d, had %d expects %d, %d) = %d, want %d", c.name, c.owed, c.gate.had, c.gate.expects, c.moved, got, c.want)
 		}
 	}
 }

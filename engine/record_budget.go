@@ -235,7 +235,9 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			}
 			clipped = moved < allowed
 			if ask != nil {
-				if owed := owedAfter(v.owed, gate, moved); owed != v.owed {
+				// (Never more than the budget has left: a client counted
+				// twice is owed no unit the budget does not hold.)
+				if owed := min(owedAfter(v.owed, gate, moved), max(0, left-v.granted-moved)); owed != v.owed {
 					v.owed, changed = owed, true
 				}
 			}

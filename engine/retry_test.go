@@ -368,3 +368,51 @@ func TestRetryingClientsUsePacedCapacity(t *testing.T) {
 	}
 	t.Logf("admitted per window %v; %d of %d retries after the first window succeeded, %d attempts in all", per, ok, retries, len(attempts))
 }
+
+// Under the fair policy (10 per 5 s), one client sends a request 2 ms
+// after the other's last answer and obeys Retry-After in whole seconds,
+// while another takes one unit at the start of each window. The busy
+// client gets what the light one leaves: from the second window on, every
+// window admits 9 of its 10 (the tenth accrues only at the window's end).
+// Counting the rest of the light client's guarantee as owed to it until
+// the window's end told the busy one the window's end instead: 6 a window.
+func TestBusyClientGetsWhatALightOneLeavesUnderFair(t *testing.T) {
+	cfg := Defaults(10, 5*time.Second)
+	cfg.Policy = Fair{}
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	start := t0.Add(5 * time.Second)
+	k0, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+	const windows = 6
+	per := map[int64]int{}
+	busy, light := start.Add(2*time.Millisecond), start.Add(time.Millisecond)
+	end := start.Add(windows * cfg.Cycle)
+	for n := 0; ; n++ {
+		client, at := "busy", &busy
+		if light.Before(busy) {
+			client, at = "light", &light
+		}
+		if !at.Before(end) {
+			break
+		}
+		d := workers[n%2].AdmitAt(*at, client)
+		k, s, _ := WindowAt(*at, cfg.Cycle, cfg.WindowOffset)
+		if d.Allowed {
+			per[k]++
+		}
+		switch {
+		case client == "light":
+			light = s.Add(cfg.Cycle + time.Millisecond)
+		case d.Allowed:
+			busy = busy.Add(2 * time.Millisecond)
+		default:
+			busy = busy.Add((d.RetryAfter+time.Second-1)/time.Second*time.Second + 2*time.Millisecond)
+		}
+	}
+	for k := k0 + 1; k < k0+windows; k++ {
+		if per[k] < 9 {
+			t.Errorf("window %d admitted %d of 10, want at least 9: the busy client was not lent what the light one left", k-k0, per[k])
+		}
+	}
+	t.Logf("admitted per window from the first: %v", per)
+}

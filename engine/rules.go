@@ -1331,6 +1331,7 @@ type borrowGate struct {
 	had     int64   // units the client has had in the window
 	lv      float64 // its water level, in units, for the whole window
 	guar    int64   // its whole guarantee, in units
+	expects int64   // what of its guarantee it is expected to take in the window (owedAfter)
 	burst   float64 // paced: the guarantee accrues from burst × guar; else 1
 	past    bool    // the client has had its entitlement: it borrows from the late pool
 	excess  float64 // with past: the units it has had past its entitlement
@@ -1409,9 +1410,10 @@ func accrued(capacity int64, f float64) int64 {
 }
 
 // gateFor is the gate of a lease for the client with hash hash that has
-// been granted granted units, under plan p at time t (Unix ns). Its tiers
-// are the per-unit ones times its weight.
-func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t int64) borrowGate {
+// been granted granted units, under plan p at time t (Unix ns), having
+// asked for prev units in the window before. Its tiers are the per-unit
+// ones times its weight.
+func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64, prev float64, t int64) borrowGate {
 	l, ok := pol.(lender)
 	if !ok {
 		return borrowGate{}
@@ -1438,6 +1440,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted, t in
 		had:     granted,
 		lv:      lv,
 		guar:    int64(math.Floor(g)),
+		expects: min(int64(math.Floor(g)), int64(math.Ceil(min(prev, float64(MaxCapacity))))),
 		burst:   burst,
 		past:    granted >= entitled,
 		excess:  float64(granted - entitled),
@@ -1480,7 +1483,13 @@ func nextAccrual(paceAt, moreAt int64, cut bool) int64 {
 //     entitlement grows past what it has had, or the pool past what the
 //     budget granted (borrowGate.nextAt).
 func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t, start, end int64) int64 {
-	if seen.granted >= seen.left {
+	// (Units owed to the guarantees of clients that took are not the
+	// pool's: those clients come back for them; see owedAfter.)
+	spoken := seen.granted
+	if clipped {
+		spoken += seen.owed
+	}
+	if spoken >= seen.left {
 		if seen.held && cfg.Fleet != nil {
 			return t + int64(cfg.Fleet.SyncInterval+cfg.Fleet.Timeout)
 		}
@@ -1489,9 +1498,7 @@ func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t
 	if !clipped {
 		return 0
 	}
-	// (Units owed to the guarantees of clients that took are not the
-	// pool's: those clients come back for them.)
-	return gateAt(gate.nextAt(min(seen.granted+seen.owed, seen.left), seen.left), t, start, end)
+	return gateAt(gate.nextAt(spoken, seen.left), t, start, end)
 }
 
 // gateAt is the moment fraction f of the window [start, end) comes, no
@@ -1593,27 +1600,41 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 
 // owedAfter is what a budget that owed owed to the guarantees of the
 // clients that took in its window owes after a take of moved units through
-// gate: a client's first take in the window (it had nothing) adds what it
-// leaves of its guarantee, and each take pays off what it took of it.
-// Bookings are made beyond it (bookUnits), so that a unit booked for a
-// client past its entitlement is not one that another client, busy in the
-// window, takes first within its guarantee: that client was under no gate,
-// and the booked client, told its time, would find nothing there. The
-// guarantees of clients that have not taken are not counted: the pool
-// lends them as the window accrues, and so may a booking. (Two workers
-// that both see a client's first take count its guarantee twice: owed
-// errs on the side of booking less.)
+// gate. What a client is owed is what it is expected to take of its
+// guarantee (borrowGate.expects: no more than it asked for in the window
+// before) and has not had: its first take in the window (it had nothing)
+// adds what it leaves of that, and each take pays off what it took of it.
+//
+// Bookings are made beyond it (bookUnits), and a refused client's
+// Retry-After counts it (budgetMoreAt), so that a unit booked for a client
+// past its entitlement is not one that another client, busy in the window,
+// takes first within its guarantee: that client passes no gate, and the
+// booked client, told its time, would find nothing there. The guarantee a
+// client is not expected to take (it asked for less in the window before),
+// and the guarantees of clients that have not taken, are not counted: the
+// pool lends them as the window accrues, and so may a booking. A client
+// that took a unit after a light window would otherwise hold the rest of
+// its guarantee from every booking until the window's end, and the pool's
+// lending to clients that obey Retry-After with it. (A client whose first
+// take two workers both see, or that gave its lease back, is counted again:
+// the caller keeps owed within what the budget has left.)
 func owedAfter(owed int64, gate borrowGate, moved int64) int64 {
 	if !gate.on {
 		return owed
 	}
-	if gate.had == 0 {
-		if moved == 0 {
-			return owed // no take: not yet a client that took
-		}
-		return owed + max(0, gate.own-moved)
+	if gate.had == 0 && moved == 0 {
+		return owed // no take: not yet a client that took
 	}
-	return max(0, owed-min(moved, gate.own))
+	// expected is what it is expected to take of its guarantee once it has
+	// had h: what it asked for in the window before, or twice what it has
+	// had in this one (a client back from an idle window).
+	expected := func(h int64) int64 { return min(gate.guar, max(gate.expects, 2*h)) }
+	before := max(0, expected(gate.had)-gate.had) // what it was owed before the take
+	if gate.had == 0 {
+		before = 0 // not counted before its first take
+	}
+	after := max(0, expected(gate.had+moved)-gate.had-moved)
+	return max(0, owed-before+after)
 }
 
 // bookUnits books ask's unit in v for when gate next lets one through, if

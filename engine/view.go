@@ -717,7 +717,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			want, paceAt := leaseWant(r.pol, r.cfg, p, &e, need, cs.flushed+cs.unflushed, t)
 			h.paceAt = max(h.paceAt, paceAt)
 			if want > inHand {
-				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, t)
+				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, e.prev, t)
 				// (again: an attempt before this one booked for the
 				// request, and its booking is no early ask.)
 				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash, h.booked)
