@@ -73,6 +73,10 @@ func TestBudgetMoreAt(t *testing.T) {
 			at(fairLag + (1-fairLag)*0.62)},
 		{"its level reached for the window, no late pool: not in this window", &cfg, budgetSeen{granted: 60, left: 100},
 			borrowGate{on: true, had: 20, lv: 20, guar: 5, burst: 1, elapsed: 0.3}, true, 0},
+		{"what is owed counts as granted: the pool past 60 + 10", &cfg, budgetSeen{granted: 60, owed: 10, left: 100}, under, true, at(0.7)},
+		{"the rest is owed: not in this window", &cfg, budgetSeen{granted: 60, owed: 40, left: 100}, under, true, 0},
+		{"fleet mode, the rest of what is held is owed: the next lease", &fleet, budgetSeen{granted: 30, owed: 10, left: 40, held: true}, under, true,
+			now + int64(300*time.Millisecond)},
 	}
 	for _, tc := range tests {
 		if got := budgetMoreAt(tc.seen, tc.gate, tc.clipped, tc.cfg, now, start, end); got != tc.want {
