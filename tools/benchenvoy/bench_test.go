@@ -326,7 +326,16 @@ func TestScaleRowsArePaired(t *testing.T) {
 			if v.name == VariantScale100k {
 				f, tail = 0.8, 2*tail
 			}
-			res.Samples[i] = append(res.Samples[i], sample{qps: speed * f, p999: tail, statuses: statusCounts{total: 10, c2: 10}})
+			s := sample{qps: speed * f, p999: tail, statuses: statusCounts{total: 10, c2: 10}}
+			if v.withHonest {
+				// (rounds of 10, 30 and 20 honest requests, 50 of the 60
+				// admitted, where the median of the rounds' shares is 1)
+				s.honestSent, s.honestOK = uint64(speed/100), uint64(speed/100)
+				if speed == 3000 {
+					s.honestOK = 20
+				}
+			}
+			res.Samples[i] = append(res.Samples[i], s)
 		}
 	}
 	var seen bool
@@ -344,6 +353,13 @@ func TestScaleRowsArePaired(t *testing.T) {
 			if !math.IsNaN(row.QPSvsBase) {
 				t.Errorf("%s has a scale ratio", row.Name)
 			}
+		case VariantScaleFlood1s:
+			if d := row.HonestKept - 50.0/60; d > 1e-9 || d < -1e-9 {
+				t.Errorf("%s: honest kept %.4f, want 50/60 (every round's requests together)", row.Name, row.HonestKept)
+			}
+		}
+		if row.Name != VariantScaleFlood1s && !math.IsNaN(row.HonestKept) {
+			t.Errorf("%s has an honest client's share", row.Name)
 		}
 	}
 	if !seen {
@@ -351,8 +367,8 @@ func TestScaleRowsArePaired(t *testing.T) {
 	}
 	var out bytes.Buffer
 	res.writeScale(&out, res.Rows())
-	if !strings.Contains(out.String(), VariantScaleFlood1s) {
-		t.Errorf("the scale table lacks %s:\n%s", VariantScaleFlood1s, out.String())
+	if !strings.Contains(out.String(), VariantScaleFlood1s) || !strings.Contains(out.String(), "83.3%") {
+		t.Errorf("the scale table lacks %s, or its honest client's 83.3%%:\n%s", VariantScaleFlood1s, out.String())
 	}
 }
 

@@ -153,13 +153,17 @@ type sample struct {
 	p50, p99  time.Duration
 	p999      time.Duration
 	statuses  statusCounts
+	// honestSent and honestOK: the honest client's requests in the
+	// interval, and those admitted (a flood row with honest set).
+	honestSent, honestOK uint64
 }
 
 // instance is a running Envoy for one variant.
 type instance struct {
 	variant
-	envoy *envoyrun.Envoy
-	pid   int
+	envoy  *envoyrun.Envoy
+	pid    int
+	honest *honest // its honest client, when the variant has one
 }
 
 // Results are a run's samples, one list per variant in table order.
@@ -227,6 +231,16 @@ func Run(o Options) (_ *Results, err error) {
 
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
+	for _, in := range insts {
+		if !in.withHonest {
+			continue
+		}
+		fmt.Fprintf(o.Progress, "benchenvoy: %s: registering the honest client\n", in.name)
+		if in.honest, err = startHonest(in); err != nil {
+			return nil, err
+		}
+		defer in.honest.close()
+	}
 	load := func(in *instance, seconds int) wrkRun {
 		return wrkRun{wrk: o.Wrk, script: script, cpu: pl.loadCPU, connections: o.Connections,
 			seconds: seconds, url: in.envoy.URL, clients: in.loadArgs(o)}
@@ -518,18 +532,27 @@ func settle(client *http.Client, in *instance, ids []string) error {
 // probe sends one request as client id and checks it against the
 // variant's expectation.
 func probe(client *http.Client, in *instance, id string) error {
-	req, err := http.NewRequest(http.MethodGet, in.envoy.URL+"/", nil)
+	status, h, err := ask(client, in, id)
 	if err != nil {
 		return err
+	}
+	return in.expect.answer(status, h)
+}
+
+// ask sends one request as client id and returns its status and headers.
+func ask(client *http.Client, in *instance, id string) (int, http.Header, error) {
+	req, err := http.NewRequest(http.MethodGet, in.envoy.URL+"/", nil)
+	if err != nil {
+		return 0, nil, err
 	}
 	req.Header.Set(clientHeader, id)
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return in.expect.answer(resp.StatusCode, resp.Header)
+	return resp.StatusCode, resp.Header, nil
 }
 
 // measure runs one measured interval. Everything that costs Envoy CPU but
@@ -547,11 +570,19 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 	if err != nil {
 		return sample{}, err
 	}
+	var sent0, ok0 uint64
+	if in.honest != nil {
+		sent0, ok0 = in.honest.counts()
+	}
 	t0 := time.Now()
 	w, err := load.run()
 	wall := time.Since(t0)
 	if err != nil {
 		return sample{}, err
+	}
+	var sent1, ok1 uint64
+	if in.honest != nil {
+		sent1, ok1 = in.honest.counts()
 	}
 	cpu1, err := cpuTicks(in.pid)
 	if err != nil {
@@ -575,14 +606,16 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 	}
 	cpu := time.Duration(float64(cpu1-cpu0) / clockTicks() * float64(time.Second))
 	return sample{
-		qps:       float64(w.requests) / w.duration.Seconds(),
-		cpuPerReq: cpu / time.Duration(st.answered()),
-		cpuShare:  cpu.Seconds() / wall.Seconds(),
-		wrkShare:  w.cpu.Seconds() / w.wall.Seconds(),
-		p50:       w.p50,
-		p99:       w.p99,
-		p999:      w.p999,
-		statuses:  st,
+		qps:        float64(w.requests) / w.duration.Seconds(),
+		cpuPerReq:  cpu / time.Duration(st.answered()),
+		cpuShare:   cpu.Seconds() / wall.Seconds(),
+		wrkShare:   w.cpu.Seconds() / w.wall.Seconds(),
+		p50:        w.p50,
+		p99:        w.p99,
+		p999:       w.p999,
+		statuses:   st,
+		honestSent: sent1 - sent0,
+		honestOK:   ok1 - ok0,
 	}, nil
 }
 

@@ -35,6 +35,9 @@ type Row struct {
 	Status                int     // the status every response had (0 for a mixed variant)
 	Classes               string  // the status classes allowed, e.g. "2xx" or "2xx+4xx"
 	Rejected              uint64  // 4xx responses, summed over rounds
+	// HonestKept is the share of the honest client's requests admitted
+	// over every round (NaN for a variant without one).
+	HonestKept float64
 }
 
 // Rows computes the table.
@@ -59,10 +62,11 @@ func (r *Results) Rows() []Row {
 			}
 			return medianOf(vals)
 		}
-		var responses, rejected uint64
+		var responses, rejected, honestSent, honestOK uint64
 		for _, s := range ss {
 			responses += s.statuses.answered()
 			rejected += s.statuses.c4
+			honestSent, honestOK = honestSent+s.honestSent, honestOK+s.honestOK
 		}
 		rows[i] = Row{
 			Name:          v.name,
@@ -85,6 +89,10 @@ func (r *Results) Rows() []Row {
 			Status:        v.expect.status,
 			Classes:       v.expect.classes(),
 			Rejected:      rejected,
+			HonestKept:    math.NaN(),
+		}
+		if v.withHonest && honestSent > 0 {
+			rows[i].HonestKept = float64(honestOK) / float64(honestSent)
 		}
 		if base != nil {
 			rows[i].QPSvsBase = paired(base, func(a, b sample) float64 { return a.qps / b.qps })
@@ -194,10 +202,14 @@ func (r *Results) writeScale(w io.Writer, rows []Row) {
 	}
 	fmt.Fprintln(w, "\nscale: each row against the 50-client row of its cycle (scale-50, scale-50-1s) in the same round, median over rounds")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\treq/s\t× 50 clients\tp99 µs\tp99.9 µs\tp99.9 × 50 clients\t429s\t")
+	fmt.Fprintln(tw, "variant\treq/s\t× 50 clients\tp99 µs\tp99.9 µs\tp99.9 × 50 clients\t429s\thonest kept\t")
 	for _, row := range scale {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%.2f\t%.1f%%\t\n", row.Name, row.QPS, row.QPSvsBase,
-			micros(row.P99, 0), micros(row.P999, 0), row.P999vsBase, 100*float64(row.Rejected)/float64(max(row.Responses, 1)))
+		honest := "-"
+		if !math.IsNaN(row.HonestKept) {
+			honest = fmt.Sprintf("%.1f%%", 100*row.HonestKept)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%.2f\t%.1f%%\t%s\t\n", row.Name, row.QPS, row.QPSvsBase,
+			micros(row.P99, 0), micros(row.P999, 0), row.P999vsBase, 100*float64(row.Rejected)/float64(max(row.Responses, 1)), honest)
 	}
 	tw.Flush()
 }

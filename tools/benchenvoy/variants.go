@@ -113,8 +113,11 @@ type variant struct {
 	// newcomer whatever the request rate: otherwise an id that asks less
 	// than twice a window (10,000 ids at 1 s windows on a slow machine)
 	// stays a newcomer, and the row measures registration.
-	known  bool
-	config string // the plugin configuration, for the table's legend
+	known bool
+	// withHonest: the row also measures an honest client beside the load
+	// (honest.go).
+	withHonest bool
+	config     string // the plugin configuration, for the table's legend
 	// scaleBase names the variant a scale variant is divided by, in the
 	// same round (×base in the table).
 	scaleBase string
@@ -170,13 +173,15 @@ func variants(o Options) []variant {
 		return variant{name: name, config: config, filter: wasmFilter(o.Wasm, config), flood: ids, scaleBase: base,
 			known: known, expect: expectation{mixed: []int{200, 429}, mixedProbe: floodAnswer}}
 	}
+	flood := scale(VariantScaleFlood1s, scaleFlood1sConfig, floodIDs, VariantScale50s1, false)
+	flood.withHonest = true
 	return append(vs,
 		scale(VariantScale50, scale10sConfig, 50, VariantScale50, true),
 		scale(VariantScale10k, scale10sConfig, 10000, VariantScale50, true),
 		scale(VariantScale100k, scale10sConfig, 100000, VariantScale50, true),
 		scale(VariantScale50s1, scale1sConfig, 50, VariantScale50s1, true),
 		scale(VariantScale10ks1, scale1sConfig, 10000, VariantScale50s1, true),
-		scale(VariantScaleFlood1s, scaleFlood1sConfig, floodIDs, VariantScale50s1, false),
+		flood,
 	)
 }
 
