@@ -1331,7 +1331,7 @@ type borrowGate struct {
 	had     int64   // units the client has had in the window
 	lv      float64 // its water level, in units, for the whole window
 	guar    int64   // its whole guarantee, in units
-	expects int64   // what of its guarantee it is expected to take in the window (owedAfter)
+	expects int64   // what of its guarantee it asked for in the window before (owedAfter)
 	burst   float64 // paced: the guarantee accrues from burst × guar; else 1
 	past    bool    // the client has had its entitlement: it borrows from the late pool
 	excess  float64 // with past: the units it has had past its entitlement
@@ -1425,7 +1425,8 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 	// The level accrues over the window like the pool, so that borrowers
 	// under it share the pool in step with time rather than by who asks
 	// first (or most often).
-	own, burst := int64(math.Floor(g)), 1.0
+	guar := int64(math.Floor(g))
+	own, burst := guar, 1.0
 	if cfg.Pace {
 		own, burst = pacedAmount(own, cfg.Burst, f), cfg.Burst // the guarantee accrues too
 	}
@@ -1439,8 +1440,8 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 		level:   max(0, entitled-granted),
 		had:     granted,
 		lv:      lv,
-		guar:    int64(math.Floor(g)),
-		expects: min(int64(math.Floor(g)), int64(math.Ceil(min(prev, float64(MaxCapacity))))),
+		guar:    guar,
+		expects: min(guar, int64(math.Ceil(min(prev, float64(MaxCapacity))))),
 		burst:   burst,
 		past:    granted >= entitled,
 		excess:  float64(granted - entitled),
@@ -1601,9 +1602,10 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 // owedAfter is what a budget that owed owed to the guarantees of the
 // clients that took in its window owes after a take of moved units through
 // gate. What a client is owed is what it is expected to take of its
-// guarantee (borrowGate.expects: no more than it asked for in the window
-// before) and has not had: its first take in the window (it had nothing)
-// adds what it leaves of that, and each take pays off what it took of it.
+// guarantee (as much as it asked for in the window before, or twice what
+// it has had in this one) and has not had: its first take in the window
+// (it had nothing) adds what it leaves of that, and each take pays off
+// what it took of it.
 //
 // Bookings are made beyond it (bookUnits), and a refused client's
 // Retry-After counts it (budgetMoreAt), so that a unit booked for a client
