@@ -287,9 +287,8 @@ func TestRetryingClientsUnderSeed(t *testing.T) {
 
 // retryingRun runs three retrying clients of ten requests over two workers
 // of cfg on one store, from just after a window's start, each stagger
-// after the one before, and returns their
-// attempts, that first window, the units admitted per window and the last
-// window that admitted any.
+// after the one before, and returns their attempts, that first window,
+// the units admitted per window and the last window that admitted any.
 func retryingRun(t *testing.T, cfg Config, stagger time.Duration) (attempts []retryingAttempt, k0 int64, per map[int64]int64, last int64) {
 	t.Helper()
 	store := NewMemStore()
@@ -373,11 +372,11 @@ func TestRetryingClientsUsePacedCapacity(t *testing.T) {
 	t.Logf("admitted per window %v; %d of %d retries after the first window succeeded, %d attempts in all", per, ok, retries, len(attempts))
 }
 
-// Under the fair policy (10 per 5 s), one client sends a request 2 ms
-// after the other's last answer and obeys Retry-After in whole seconds,
-// while another takes one unit at the start of each window. The busy
-// client gets what the light one leaves: from the second window on, every
-// window admits 9 of its 10 (the tenth accrues only at the window's end).
+// Under the fair policy (10 per 5 s), a busy client sends a request 2 ms
+// after its last answer and obeys Retry-After in whole seconds, while a
+// light one takes one unit at the start of each window. The busy client
+// gets what the light one leaves: from the second window on, every window
+// admits at least 9 of its 10.
 // Counting the rest of the light client's guarantee as owed to it until
 // the window's end told the busy one the window's end instead: 6 a window.
 func TestBusyClientGetsWhatALightOneLeavesUnderFair(t *testing.T) {
