@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -351,15 +352,17 @@ func (p *fieldParser) peer(field string, raw json.RawMessage) ClientIDSpec {
 }
 
 // RequestPeer is the peer of req under spec (source address or principal),
-// empty when the request has none: then no per-peer bound applies.
-func RequestPeer(spec *ClientIDSpec, req Request, maxBytes int) string {
+// empty when the request has none: then no per-peer bound applies. A peer
+// of any length is bounded (the engine keeps its hash): max_client_id_bytes
+// bounds client ids, and a peer past it must not escape the bound.
+func RequestPeer(spec *ClientIDSpec, req Request) string {
 	value, found := req.Property(spec.Property)
 	var id string
 	var ok bool
 	if spec.From == FromPeerPrincipal {
-		id, ok = PrincipalID(value, found, maxBytes)
+		id, ok = PrincipalID(value, found, math.MaxInt)
 	} else {
-		id, ok = AddressID(value, found, maxBytes)
+		id, ok = AddressID(value, found, math.MaxInt)
 	}
 	if !ok {
 		return ""

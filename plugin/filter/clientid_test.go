@@ -364,4 +364,23 @@ func TestMaxIDsPerPeer(t *testing.T) {
 	if d := p.Decide(principal("spiffe://td/a", "b")).Decision; d.Reason != engine.ReasonTooManyIDs {
 		t.Fatalf("second id of a principal: %+v, want too_many_ids", d)
 	}
+	// A peer longer than max_client_id_bytes is bounded all the same: the
+	// bound is on client ids, and a long address must not escape it.
+	short, _ := mustFilter(t, `{"capacity": 100, "cycle": "10s", "max_ids_per_peer": 1, "max_client_id_bytes": 8}`)
+	for _, addr := range []string{"192.168.100.200", "[2001:db8:85a3::8a2e:370:7334]"} {
+		if d := short.Decide(from(addr, "k1")).Decision; d.Reason == engine.ReasonTooManyIDs {
+			t.Fatalf("first id of %s: %+v", addr, d)
+		}
+		if d := short.Decide(from(addr, "k2")).Decision; d.Reason != engine.ReasonTooManyIDs {
+			t.Errorf("second id of %s, longer than max_client_id_bytes: %+v, want too_many_ids", addr, d)
+		}
+	}
+	long, _ := mustFilter(t, `{"capacity": 100, "cycle": "10s", "max_ids_per_peer": 1, "peer": "peer_principal", "max_client_id_bytes": 16}`)
+	spiffe := "spiffe://cluster.local/ns/attacker/sa/default"
+	if d := long.Decide(principal(spiffe, "a")).Decision; d.Reason == engine.ReasonTooManyIDs {
+		t.Fatalf("first id of a long principal: %+v", d)
+	}
+	if d := long.Decide(principal(spiffe, "b")).Decision; d.Reason != engine.ReasonTooManyIDs {
+		t.Errorf("second id of a principal longer than max_client_id_bytes: %+v, want too_many_ids", d)
+	}
 }

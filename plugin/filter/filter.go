@@ -133,7 +133,7 @@ func (f *Filter) Decide(req Request) Outcome {
 	id, verdict := RequestClientID(&l.cfg.ClientID, req, l.cfg.MaxClientIDBytes)
 	peer, bound := "", l.cfg.Engine.MaxIDsPerPeer > 0 && id != ""
 	if bound {
-		peer = RequestPeer(&l.cfg.Peer, req, l.cfg.MaxClientIDBytes)
+		peer = RequestPeer(&l.cfg.Peer, req)
 	}
 	o := l.decide(f.clock.Now(), peer, bound, id)
 	o.Limit = i
