@@ -54,8 +54,12 @@ func TestPaceFit(t *testing.T) {
 			t.Errorf("%s: paceFit = (%d, %d), want (%d, %d)", tc.name, m, next, tc.wantM, tc.wantTat)
 		}
 	}
-	if w := paceWait(1045, 1000, tol); w != 15 {
-		t.Errorf("paceWait = %d, want 15", w)
+	pp := paceParam{interval: I, tolerance: tol}
+	if w := paceWait(1045, 1000, 1, pp); w != 15 {
+		t.Errorf("paceWait for one unit = %d, want 15", w)
+	}
+	if w := paceWait(1045, 1000, 3, pp); w != 15+2*I {
+		t.Errorf("paceWait for three units = %d, want %d", w, 15+2*I)
 	}
 }
 
@@ -164,5 +168,81 @@ func TestPacedClientCannotBurst(t *testing.T) {
 				t.Errorf("by mid-window admitted %d, want 30", got)
 			}
 		})
+	}
+}
+
+// A request of several units that does not fit the pacer takes none of
+// it: a lone client obeying Retry-After to the nanosecond gets each of its
+// retries, and the capacity, whatever its cost. (Were the units that fit
+// spent on a refused request, a cost above what the pacer lets through
+// between two retries would never be admitted.)
+func TestPacedCostObeysRetryAfter(t *testing.T) {
+	for _, cost := range []int64{1, 4, 8} {
+		t.Run(fmt.Sprintf("cost=%d", cost), func(t *testing.T) {
+			cfg := Defaults(30, 10*time.Second)
+			cfg.Pace, cfg.Burst = true, 0.5
+			if cost > PacedAtOnce(&cfg) {
+				t.Fatalf("cost %d is more than pacing lets through at once (%d)", cost, PacedAtOnce(&cfg))
+			}
+			l := newLimiter(t, cfg, NewMemStore())
+			if err := l.RegisterAt(t0, "solo"); err != nil {
+				t.Fatal(err)
+			}
+			now := t0.Add(cfg.Cycle)
+			end := now.Add(6 * cfg.Cycle)
+			var units, retries, refusedRetries int64
+			retry := false
+			for now.Before(end) {
+				d := l.AdmitNAt(now, "solo", cost)
+				switch {
+				case d.Allowed:
+					units += cost
+					now = now.Add(time.Millisecond)
+				case d.RetryAfter <= 0:
+					t.Fatalf("refused at %v without a Retry-After: %+v", now.Sub(t0), d)
+				default:
+					if retry {
+						refusedRetries++
+					}
+					now = now.Add(d.RetryAfter)
+					retries++
+				}
+				retry = !d.Allowed
+			}
+			if refusedRetries > 0 {
+				t.Errorf("%d of %d retries made at Retry-After were refused", refusedRetries, retries)
+			}
+			if want := 6 * (cfg.Capacity / cost) * cost * 9 / 10; units < want {
+				t.Errorf("admitted %d units in 6 windows, want at least %d", units, want)
+			}
+		})
+	}
+}
+
+// A request the pacer cannot pass whole takes nothing from it, and is told
+// when all of its units fit, not when the first one does.
+func TestPacerRefusesARequestWhole(t *testing.T) {
+	cfg := Defaults(30, 10*time.Second)
+	cfg.Pace, cfg.Burst = true, 0.5
+	store := NewMemStore()
+	l := newLimiter(t, cfg, store)
+	pp := paceParams(&cfg)
+	now := t0.UnixNano()
+	full := appendPace(nil, pace{tat: now + pp.tolerance + int64(100*time.Millisecond)}) // one unit fits in 100 ms
+	if err := store.Set(l.view.paceKey, full, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, h := l.view.paced(3, 3, now, 1, 0)
+	if m != 0 {
+		t.Fatalf("passed %d of a request of 3 units", m)
+	}
+	if want := now + int64(100*time.Millisecond) + 2*pp.interval; h.paceAt != want {
+		t.Errorf("told %v, want %v: when all three units fit", time.Duration(h.paceAt-now), time.Duration(want-now))
+	}
+	if raw, _, err := store.Get(l.view.paceKey); err != nil || string(raw) != string(full) {
+		t.Errorf("the refused request moved the pacer (%v)", err)
+	}
+	if m, _ := l.view.paced(3, 1, now+int64(100*time.Millisecond), 1, 0); m != 1 {
+		t.Errorf("a lease of 3 for a request of 1, when one unit fits: passed %d, want 1", m)
 	}
 }

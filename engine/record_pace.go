@@ -54,15 +54,16 @@ func decodePace(b []byte) (pace, error) {
 }
 
 // paced passes got units just taken from the window budget through the
-// pacer for client at t: it returns how many pacing lets through (the
-// caller gives the rest back to the budget). A client refused under pacing
+// pacer for client at t, for a request that needs need of them: it returns
+// how many pacing lets through, none when fewer than need fit (the caller
+// gives the rest back to the budget). A client refused under pacing
 // gets its turn (see turnAt): when the pacer holds back the request's one
 // unit, or, with got 0, when something else refused it and it could
 // succeed alone from after. What held it back, and its turn, are returned
 // for its Retry-After. A client that takes a unit gives up its turn. An
 // unreadable pace key is rewritten from now: pacing is a smoothing bound,
 // and the window budget still holds.
-func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
+func (r *view) paced(got, need, t int64, client uint32, after int64) (int64, held) {
 	if !r.cfg.Pace || (got <= 0 && after <= 0) {
 		return got, held{}
 	}
@@ -96,7 +97,12 @@ func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
 		v.turns = settleTurns(v.turns, client, t, 2*horizon)
 		next = v.tat
 		if got > 0 {
-			m, next = paceFit(v.tat, t, got, pp)
+			// A request that needs more units than fit takes none: the
+			// pacer keeps them for a request that fits (were they spent,
+			// a request of several units could wait forever).
+			if m, next = paceFit(v.tat, t, got, pp); m < need {
+				m, next = 0, v.tat
+			}
 			v.tat = next
 		}
 		switch {
@@ -115,7 +121,7 @@ func (r *view) paced(got, t int64, client uint32, after int64) (int64, held) {
 	case err != nil:
 		return 0, held{}
 	case m < got:
-		return m, held{clipped: true, paceAt: t + max(pp.interval, paceWait(next, t, pp.tolerance)), turnAt: told}
+		return m, held{clipped: true, paceAt: t + max(pp.interval, paceWait(next, t, need, pp)), turnAt: told}
 	case got <= 0:
 		return 0, held{turnAt: told}
 	}

@@ -1699,8 +1699,18 @@ func paceFit(tat, now, n int64, pp paceParam) (m, next int64) {
 	return m, base + m*interval
 }
 
-// paceWait is how long after now the next unit fits under tat.
-func paceWait(tat, now, tolerance int64) int64 { return max(0, tat-now-tolerance) }
+// paceWait is how long after now n units (at least one) fit under tat
+// at once (see paceFit).
+func paceWait(tat, now, n int64, pp paceParam) int64 {
+	return max(0, tat-now-pp.tolerance+(max(n, 1)-1)*pp.interval)
+}
+
+// PacedAtOnce is the most units pacing lets through at once, to a pacer
+// idle for a while: a request costing more could never be admitted.
+func PacedAtOnce(cfg *Config) int64 {
+	pp := paceParams(cfg)
+	return (pp.tolerance+pp.grace)/pp.interval + 1
+}
 
 // Turns of the limit's pacer. A client refused under pacing is told when
 // it may come back. Clients refused together would be told one moment,

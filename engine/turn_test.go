@@ -197,13 +197,13 @@ func TestRefusalLeavesAPaceFarAhead(t *testing.T) {
 	if err := store.Set(l.view.paceKey, ahead, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, h := l.view.paced(0, now, 1, now+int64(time.Second)); h.turnAt != 0 {
+	if _, h := l.view.paced(0, 0, now, 1, now+int64(time.Second)); h.turnAt != 0 {
 		t.Errorf("told a turn %v after now under a pace far ahead", time.Duration(h.turnAt-now))
 	}
 	if raw, _, err := store.Get(l.view.paceKey); err != nil || string(raw) != string(ahead) {
 		t.Errorf("a refusal rewrote the pace record: %v", err)
 	}
-	if m, _ := l.view.paced(1, now, 1, 0); m != 1 {
+	if m, _ := l.view.paced(1, 1, now, 1, 0); m != 1 {
 		t.Errorf("a take under a pace far ahead passed %d, want it reset and the unit through", m)
 	}
 }

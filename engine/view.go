@@ -782,7 +782,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		if after == 0 {
 			_, after = planWindow(p, r.cfg)
 		}
-		_, th := r.paced(0, t, uint32(cs.hash), after)
+		_, th := r.paced(0, 0, t, uint32(cs.hash), after)
 		cs.turnAt = th.turnAt
 	}
 	return syncOK
@@ -805,7 +805,7 @@ func (r *view) take(n, need, t int64, gate borrowGate, client uint64, again bool
 	if err != nil {
 		return 0, held{}, err
 	}
-	m, h := r.paced(got, t, uint32(client), 0)
+	m, h := r.paced(got, need, t, uint32(client), 0)
 	if m < got {
 		r.give(got - m)
 	}

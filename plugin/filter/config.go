@@ -289,6 +289,9 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	if err := cfg.Engine.Validate(); err != nil {
 		return Config{}, fromEngineError(err, p.label)
 	}
+	if err := checkPacedCost(&cfg.Engine, cfg.Cost, p.label("cost")); err != nil {
+		return Config{}, err
+	}
 	if spans != nil {
 		if err := expandWindows(&cfg, spans, raw.MinCycle != nil, p.label); err != nil {
 			return Config{}, err

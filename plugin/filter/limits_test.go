@@ -164,6 +164,8 @@ func TestLimitsValidation(t *testing.T) {
 		{`{` + top + `"limits": [{"name": "a", "cost": 0}]}`, `limits[0].cost: must be an integer in [1, 1048576], got 0`},
 		{`{` + top + `"limits": [{"name": "a", "cost": 11}]}`, `limits[0].cost: must not exceed capacity (10), got 11`},
 		{`{` + top + `"cost": 11, "limits": [{"name": "a"}]}`, `cost: must not exceed capacity (10), got 11`},
+		{`{"capacity": 100, "cycle": "1m", "burst": 0.1, "cost": 20}`, `cost: must not exceed the units pacing lets through at once (10, from burst and capacity), got 20`},
+		{`{"windows": [{"capacity": 100, "cycle": "1m"}, {"capacity": 10, "cycle": "1s"}], "burst": 0.1, "cost": 5}`, `cost: must not exceed the units pacing lets through at once (2, from burst and capacity), got 5`},
 		{`{` + top + `"limits": [{"name": "a", "min_cycle": "2s"}]}`, `limits[0].min_cycle: must be in (0s, 1s], got 2s`},
 		{`{` + top + `"unlimited": true}`, `unlimited: unknown field`},
 		{`{` + top + `"limits": [{"name": "h", "unlimited": true, "cost": 2, "match": {"path_exact": "/h"}}, {"name": "d"}]}`, `limits[0].cost: not allowed with unlimited: an unlimited rule has only name and match`},

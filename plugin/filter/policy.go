@@ -70,6 +70,20 @@ func checkCaps(cfg *Config, label func(string) string) error {
 	return nil
 }
 
+// checkPacedCost refuses a cost that pacing could never let through: more
+// units than it passes at once (engine.PacedAtOnce), from burst and the
+// capacity. field names cost.
+func checkPacedCost(ec *engine.Config, cost int64, field string) error {
+	if !ec.Pace {
+		return nil
+	}
+	if most := engine.PacedAtOnce(ec); cost > most {
+		return fieldError(field, "must not exceed the units pacing lets through at once ("+strconv.FormatInt(most, 10)+
+			", from burst and capacity), got "+strconv.FormatInt(cost, 10))
+	}
+	return nil
+}
+
 // weights parses an object of client id → weight in [MinWeight,
 // MaxWeight] (see perClient).
 func (p *fieldParser) weights(field string, raw json.RawMessage) map[string]float64 {

@@ -117,6 +117,9 @@ func expandWindows(cfg *Config, spans []windowSpan, minCycleGiven bool, label fu
 		if err := w.Engine.Validate(); err != nil {
 			return fromEngineError(err, func(f string) string { return at + "." + f })
 		}
+		if err := checkPacedCost(&w.Engine, cfg.Cost, label("cost")); err != nil {
+			return err
+		}
 		cfg.Windows[i] = w
 	}
 	return nil
