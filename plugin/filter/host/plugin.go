@@ -296,8 +296,10 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	}
 	defer guard(h.plugin, "OnHttpResponseHeaders", nil)
 	for _, kv := range h.plugin.filter.ResponseHeaders(h.outcome) {
+		// Replaced, not added: the client reads one set of rate-limit
+		// headers, this limit's, not a second from the upstream beside it.
 		// A refused header only loses information; the response goes on.
-		_ = proxywasm.AddHttpResponseHeader(kv[0], kv[1])
+		_ = proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1])
 	}
 	return types.ActionContinue
 }

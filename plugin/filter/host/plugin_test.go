@@ -79,6 +79,28 @@ func TestConfigErrorFailsStartWithOneLine(t *testing.T) {
 	})
 }
 
+// An upstream's own rate-limit headers are replaced by the limit's: the
+// client reads one set.
+func TestUpstreamRateLimitHeadersAreReplaced(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "name": "upstream"}`)
+		id := h.InitializeHttpContext()
+		h.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "test"}, {"x-client-id", "a"}}, true)
+		h.CallOnResponseHeaders(id, [][2]string{{":status", "200"},
+			{"x-ratelimit-limit", "5000"}, {"x-ratelimit-remaining", "4999"}, {"x-ratelimit-reset", "3600"}}, false)
+		got := map[string][]string{}
+		for _, kv := range h.GetCurrentResponseHeaders(id) {
+			got[kv[0]] = append(got[kv[0]], strings.Clone(kv[1]))
+		}
+		h.CompleteHttpContext(id)
+		for name, v := range map[string]string{"x-ratelimit-limit": "10", "x-ratelimit-remaining": "9", "x-ratelimit-reset": "10"} {
+			if len(got[name]) != 1 || got[name][0] != v {
+				t.Errorf("%s: %q, want the limit's %q alone", name, got[name], v)
+			}
+		}
+	})
+}
+
 func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 3, "cycle": "10s", "name": "over"}`)
