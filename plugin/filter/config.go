@@ -218,6 +218,11 @@ func ParseConfig(data []byte) (Config, error) {
 func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	var spans []windowSpan
 	if raw.Windows != nil {
+		// (Parsed first: a windows that is no array, null say, is that
+		// field's error, not one of the fields it would rule out.)
+		if spans = p.windows("windows", raw.Windows); p.err != nil {
+			return Config{}, p.err
+		}
 		for _, f := range []string{"capacity", "cycle"} {
 			if given(raw, f) {
 				return Config{}, fieldError(p.label(f), "not allowed with windows: each window gives its own capacity and cycle")
@@ -227,9 +232,6 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 			if given(raw, f) {
 				return Config{}, fieldError(p.label(f), "not supported with windows: give each window its own limit")
 			}
-		}
-		if spans = p.windows("windows", raw.Windows); p.err != nil {
-			return Config{}, p.err
 		}
 	}
 	var capacity int64

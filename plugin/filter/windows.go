@@ -155,11 +155,9 @@ func MetricsName(limit string, w Window) string {
 // WindowLabel names a window by its cycle in metric and policy names: the
 // duration without its zero units, in [a-z0-9_] ("24h", "1m30s", "1_5s").
 func WindowLabel(cycle time.Duration) string {
-	s := cycle.String()
-	for _, zero := range []string{"0s", "0m"} {
-		if strings.HasSuffix(s, zero) && len(s) > len(zero) && s[len(s)-len(zero)-1] >= 'a' {
-			s = s[:len(s)-len(zero)]
-		}
+	s := strings.Replace(cycle.String(), "h0m", "h", 1) // (Duration.String writes every unit from the largest down)
+	if strings.HasSuffix(s, "h0s") || strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
 	}
 	s = strings.NewReplacer(".", "_", "µ", "u").Replace(s)
 	return s

@@ -42,6 +42,7 @@ func TestParseWindows(t *testing.T) {
 		{`{"capacity": 5, "windows": [{"capacity": 10, "cycle": "1s"}, {"capacity": 50, "cycle": "10s"}]}`, "capacity: not allowed with windows: each window gives its own capacity and cycle"},
 		{`{"windows": [{"capacity": 10, "cycle": "1s"}]}`, "windows: must hold 2 to 4 windows, got 1 (one window is capacity and cycle)"},
 		{`{"windows": {}}`, "windows: must be an array, got an object"},
+		{`{"windows": null, "capacity": 10, "cycle": "1s"}`, "windows: must be an array, got null"},
 		{`{"windows": [{"capacity": 10, "cycle": "1s"}, 5]}`, "windows[1]: must be an object, got a number"},
 		{`{"windows": [{"capacity": 10, "cycle": "1s"}, {"capacity": 10, "cycle": "1s"}]}`, "windows[1].cycle: duplicate of windows[0].cycle 1s"},
 		{`{"windows": [{"capacity": 10, "cycle": "1s"}, {"capacity": 10, "cycle": "2s", "burst": 1}]}`, "windows[1].burst: unknown field: a window has only capacity and cycle"},
@@ -85,7 +86,8 @@ func TestWindowsInherited(t *testing.T) {
 func TestWindowLabel(t *testing.T) {
 	for cycle, want := range map[time.Duration]string{
 		time.Second: "1s", 10 * time.Second: "10s", time.Minute: "1m", 24 * time.Hour: "24h", 90 * time.Minute: "1h30m",
-		1500 * time.Millisecond: "1_5s", 500 * time.Millisecond: "500ms", 168 * time.Hour: "168h", time.Hour + 30*time.Second: "1h0m30s",
+		1500 * time.Millisecond: "1_5s", 500 * time.Millisecond: "500ms", 168 * time.Hour: "168h", time.Hour + 30*time.Second: "1h30s",
+		time.Hour: "1h", 10 * time.Minute: "10m", 2*time.Hour + 500*time.Millisecond: "2h0_5s", time.Hour + time.Minute: "1h1m",
 	} {
 		if got := WindowLabel(cycle); got != want {
 			t.Errorf("WindowLabel(%v) = %q, want %q", cycle, got, want)
