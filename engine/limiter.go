@@ -359,6 +359,12 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 			return l.failure(t, cost, err)
 		}
 		cs.unflushed -= cost // counted again by the retry
+		if l.view.clients[cs.hash] != cs {
+			// The new plan dropped what the worker held (another table):
+			// the client is found again.
+			cs.lease, cs.unflushed = 0, 0
+			return l.admitUnknown(t, cs.hash, cost)
+		}
 		if retry && l.view.plan.id != before {
 			return l.admitKnown(t, cs, cost, false)
 		}

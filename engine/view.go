@@ -127,6 +127,11 @@ func (r *view) useTable(nb int) {
 	r.marks = nil
 	r.forgetRead()
 	clear(r.clients)
+	for _, cs := range r.dirty {
+		cs.dirty = false
+	}
+	clear(r.dirty)
+	r.dirty = r.dirty[:0]
 }
 
 // home is a client's first bucket.
@@ -310,7 +315,9 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		acfg, nb, born := r.cfg, r.own, r.born
 		if newer := r.newest(&cur); newer != nil {
 			acfg, nb, born = newer, int(cur.newBuckets), cur.born
-			k = windowIndex(t, acfg)
+			if step != stepReplan {
+				k = windowIndex(t, acfg) // (a re-plan keeps the running window, its index with its alignment)
+			}
 		}
 		next = plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(nb), replan: step == stepReplan,
 			cycle: int64(acfg.Cycle), offset: int64(acfg.WindowOffset), shift: cur.shift,
@@ -658,6 +665,11 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			r.give(inHand)
 		}
 	}()
+	if r.clients[cs.hash] != cs || cs.bucket >= r.nb {
+		// Dropped since the caller found it (a new table, a window two
+		// behind): its bucket may mean nothing in the table in use.
+		return syncGone
+	}
 	var e entry
 	var take, ret int64
 	budgetShort := false // the share has room but the window does not
@@ -965,10 +977,12 @@ func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
 	b, e, found, err := r.find(h)
 	if err == nil && found && !registered(&e, &r.plan) {
 		// Waiting, as far as this worker's view goes: the view may be
-		// behind the plan that counted it.
+		// behind the plan that counted it. (Found again: that plan's
+		// table may be another.)
 		if err := r.refresh(r.unshifted(t)); err != nil {
 			return arrival{}, err
 		}
+		b, e, found, err = r.find(h)
 	}
 	if errors.Is(err, errCorrupt) {
 		// Its bucket is reset by the next plan; until then repeats wait
