@@ -15,8 +15,8 @@ func TestRetryAfterByReason(t *testing.T) {
 	cfg.MinCycle = time.Second
 	s := int64(time.Second)
 	start := t0.UnixNano()
-	p := &plan{window: windowIndex(start, &cfg), at: start + 3*s, n: 2}
-	now := start + 3500*int64(time.Millisecond) // 6.5 s before the window's end
+	p := &plan{id: 2, roll: 1, window: windowIndex(start, &cfg), at: start + 3*s, n: 2} // a re-plan
+	now := start + 3500*int64(time.Millisecond)                                         // 6.5 s before the window's end
 	end := 6500 * time.Millisecond
 	tests := []struct {
 		name   string
@@ -39,6 +39,26 @@ func TestRetryAfterByReason(t *testing.T) {
 		if got := retryAfter(tc.reason, p, &cfg, now, tc.at); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+
+	// Near the window's end, the next re-plan falls in the next window:
+	// a newcomer asking again at its start is counted by its first
+	// re-plan, MinCycle into it under a partition, at once under fair.
+	late := &plan{id: 2, roll: 1, window: p.window, at: start + 9500*int64(time.Millisecond), n: 2}
+	at := start + 9800*int64(time.Millisecond)
+	if got, want := retryAfter(ReasonPending, late, &cfg, at, retryAt{}), 200*time.Millisecond+cfg.MinCycle; got != want {
+		t.Errorf("pending near the end, seed: %v, want %v", got, want)
+	}
+	fair := cfg
+	fair.Policy = Fair{}
+	if got, want := retryAfter(ReasonPending, late, &fair, at, retryAt{}), 200*time.Millisecond; got != want {
+		t.Errorf("pending near the end, fair: %v, want %v", got, want)
+	}
+	// A roll made late in its window holds the first re-plan back only
+	// MinCycle from the window's start.
+	lateRoll := &plan{id: 3, roll: 3, window: p.window, at: start + 5*s, n: 2}
+	if !replanAllowed(lateRoll, &cfg, start+5*s+1) {
+		t.Error("a re-plan just after a late roll, more than MinCycle into the window, is not allowed")
 	}
 }
 
@@ -418,4 +438,25 @@ func TestBusyClientGetsWhatALightOneLeavesUnderFair(t *testing.T) {
 		}
 	}
 	t.Logf("admitted per window from the first: %v", per)
+}
+
+// A newcomer told pending near the window's end, obeying Retry-After, is
+// admitted at its retry, under every policy: the window's first re-plan
+// counts it.
+func TestPendingNewcomerRetryingIntoTheNextWindow(t *testing.T) {
+	for _, pol := range []Policy{Seed{Reservation: 0.1}, Static{}, Fair{}} {
+		cfg := Defaults(20, time.Second)
+		cfg.Policy, cfg.MinCycle = pol, 100*time.Millisecond
+		l := newLimiter(t, cfg, NewMemStore())
+		l.AdmitAt(t0.Add(100*time.Millisecond), "old")
+		l.AdmitAt(t0.Add(940*time.Millisecond), "other") // a re-plan at 0.94 s
+		first := l.AdmitAt(t0.Add(960*time.Millisecond), "new")
+		if first.Reason != ReasonPending {
+			t.Fatalf("%s: the newcomer at 0.96 s: %+v, want pending", pol.Name(), first)
+		}
+		retry := t0.Add(960 * time.Millisecond).Add(first.RetryAfter)
+		if d := l.AdmitAt(retry, "new"); !d.Allowed {
+			t.Errorf("%s: told %v, the retry at %v was refused: %+v", pol.Name(), first.RetryAfter, retry.Sub(t0), d)
+		}
+	}
 }

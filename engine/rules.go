@@ -160,18 +160,40 @@ func jumpShift(p *plan, cfg *Config, now int64) int64 {
 // counted at the default share, and the static split hands a one-shot id
 // a whole share. There the wait is the better deal.
 func replanAllowed(p *plan, cfg *Config, now int64) bool {
-	if p.n == 0 || now-p.at >= int64(cfg.MinCycle) {
+	if p.n == 0 || now-replanBase(p, cfg) >= int64(cfg.MinCycle) {
 		return true
 	}
 	_, lends := cfg.policy().(lender)
 	return lends && !p.replan
 }
 
+// replanBase is when the MinCycle before the next re-plan starts: a
+// re-plan's publication, or the start of the window a roll opened. (A roll
+// made late, by the first request after a quiet start, does not hold the
+// window's first re-plan back: a newcomer told to come back MinCycle into
+// the window finds it allowed, whoever rolled.)
+func replanBase(p *plan, cfg *Config) int64 {
+	if p.id != p.roll {
+		return p.at // a re-plan
+	}
+	start, _ := planWindow(p, cfg)
+	return min(p.at, start)
+}
+
 // untilReplan is how long a pending newcomer waits: until the next allowed
-// re-plan, or the end of the window if that comes first (the next window's
-// plan registers it too).
+// re-plan. When the window ends first, a newcomer that asks again at the
+// next window's start is proven then, and counted by that window's first
+// re-plan: at once under a lender policy, MinCycle into the window under a
+// partition (the roll itself counts only clients proven before it).
 func untilReplan(p *plan, cfg *Config, now int64) time.Duration {
-	return min(clampDuration(p.at+int64(cfg.MinCycle)-now), untilWindowEnd(p, cfg, now))
+	end := untilWindowEnd(p, cfg, now)
+	if next := clampDuration(replanBase(p, cfg) + int64(cfg.MinCycle) - now); next <= end {
+		return next
+	}
+	if _, lends := cfg.policy().(lender); lends {
+		return end
+	}
+	return end + cfg.MinCycle
 }
 
 // retryAt is what a refusal knows of when more may come: when the
