@@ -252,3 +252,32 @@ func TestOwedAfter(t *testing.T) {
 		}
 	}
 }
+
+// A unit booked for a borrower is still the guarantee of a client that
+// has had nothing in the window: under fair, six clients of guarantee 1
+// in a capacity of 6, five take theirs early, one of them is refused more
+// and booked the last unit, and the sixth, asking late in the window, is
+// admitted all the same: its guarantee holds at any time in the window.
+func TestGuaranteeComesBeforeABooking(t *testing.T) {
+	cfg := Defaults(6, time.Second)
+	cfg.Policy = Fair{}
+	l := newLimiter(t, cfg, NewMemStore())
+	ids := []string{"c0", "c1", "c2", "c3", "c4", "c5"}
+	if err := l.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	for w := 1; w <= 4; w++ {
+		start := t0.Add(time.Duration(w) * cfg.Cycle)
+		for i, id := range []string{"c0", "c1", "c2", "c4", "c5"} {
+			if d := l.AdmitAt(start.Add(time.Duration(50+10*i)*time.Millisecond), id); !d.Allowed {
+				t.Fatalf("window %d: %s refused its guarantee: %+v", w, id, d)
+			}
+		}
+		if d := l.AdmitAt(start.Add(300*time.Millisecond), "c1"); d.Allowed {
+			t.Fatalf("window %d: c1 admitted past its guarantee while c3 has not asked: %+v", w, d)
+		}
+		if d := l.AdmitAt(start.Add(950*time.Millisecond), "c3"); !d.Allowed {
+			t.Errorf("window %d: c3, asking for its guarantee late in the window, refused: %+v", w, d)
+		}
+	}
+}

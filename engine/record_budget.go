@@ -221,7 +221,15 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			if r.holding != nil {
 				left = min(left, r.holding.heldIn(r.store, p.window))
 			}
-			allowed := min(delta, max(0, left-v.granted-due))
+			// A take within the client's guarantee may use units booked for
+			// others: the guarantee holds at any time in the window, a
+			// booking is a borrower's turn (a late client that had nothing
+			// is owed its guarantee, not yet counted in owed).
+			free := max(0, left-v.granted-due)
+			if gate.on {
+				free += min(gate.own, due, max(0, left-v.granted-free))
+			}
+			allowed := min(delta, free)
 			var late float64
 			moved, late = gate.room(allowed, v.granted+due, left, v.late)
 			if claimed > moved { // its booking: past the gate
