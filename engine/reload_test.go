@@ -59,14 +59,7 @@ func TestReloadChangingTheTableOrWindows(t *testing.T) {
 			}()
 			store := engine.NewMemStore()
 			watch := &reloadWatch{}
-			old, err := engine.New(a, store, engine.WithObserver(watch))
-			if err != nil {
-				t.Fatal(err)
-			}
-			now, err := engine.New(b, store, engine.WithObserver(watch))
-			if err != nil {
-				t.Fatal(err)
-			}
+			old, now := newLimiterT(t, a, store, watch), newLimiterT(t, b, store, watch)
 			ids := advClients("c", 6)
 			reload := advEpoch.Add(time.Duration(rng.Intn(3000)) * time.Millisecond)
 			drain := reload.Add(2 * max(a.Cycle, b.Cycle)) // then the old config is gone
@@ -114,8 +107,7 @@ func TestReloadShrinkingTheTableMidWindow(t *testing.T) {
 	a.MaxClients, a.Policy = 1000, engine.Fair{} // 64 buckets
 	b := a
 	b.MaxClients = 1 // one bucket
-	old := newLimiterT(t, a, store)
-	fresh := newLimiterT(t, b, store)
+	old, fresh := newLimiterT(t, a, store, nil), newLimiterT(t, b, store, nil)
 	const id = "client-b" // not in bucket 0 of the old table
 	for i := 0; i < 5; i++ {
 		old.AdmitAt(advEpoch.Add(time.Duration(100+i)*time.Millisecond), id)
@@ -133,9 +125,14 @@ func TestReloadShrinkingTheTableMidWindow(t *testing.T) {
 	}
 }
 
-func newLimiterT(t *testing.T, cfg engine.Config, store engine.Store) *engine.Limiter {
+// newLimiterT is a limiter on store, observed by watch unless it is nil.
+func newLimiterT(t *testing.T, cfg engine.Config, store engine.Store, watch *reloadWatch) *engine.Limiter {
 	t.Helper()
-	l, err := engine.New(cfg, store)
+	var opts []engine.Option
+	if watch != nil {
+		opts = append(opts, engine.WithObserver(watch))
+	}
+	l, err := engine.New(cfg, store, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,14 +149,7 @@ func TestReplanOfTheOldConfigAfterACycleReload(t *testing.T) {
 	a.MinCycle = time.Second
 	b := engine.Defaults(100, time.Second)
 	b.MinCycle = 100 * time.Millisecond
-	old, err := engine.New(a, store, engine.WithObserver(watch))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fresh, err := engine.New(b, store, engine.WithObserver(watch))
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, fresh := newLimiterT(t, a, store, watch), newLimiterT(t, b, store, watch)
 	start := time.Unix(1_700_000_000, 0) // a multiple of 10 s
 	old.AdmitAt(start.Add(100*time.Millisecond), "c1")
 	fresh.AdmitAt(start.Add(2*time.Second), "c1")    // the new config serves too
