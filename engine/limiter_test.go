@@ -777,31 +777,3 @@ func TestNewcomerDemandCountsEachAskOnce(t *testing.T) {
 		})
 	}
 }
-
-// A request costing more than a client's whole share (or fair guarantee)
-// is admitted whole, once per window, to a client that has had nothing in
-// it, while the window's budget has room: cost 30 of 100 a second over
-// five clients (shares of 20) admits three requests a window, not none.
-func TestRequestLargerThanAShareIsAdmittedWhole(t *testing.T) {
-	for _, pol := range []Policy{Seed{Reservation: 0.1}, Static{}, Fair{}} {
-		cfg := Defaults(100, time.Second)
-		cfg.Policy = pol
-		l := newLimiter(t, cfg, NewMemStore())
-		ids := []string{"a", "b", "c", "d", "e"}
-		if err := l.RegisterAt(t0, ids...); err != nil {
-			t.Fatal(err)
-		}
-		perWindow := map[int64]int64{}
-		for i := 0; i < 250; i++ {
-			at := t0.Add(time.Duration(i) * 20 * time.Millisecond)
-			if d := l.AdmitNAt(at, ids[i%len(ids)], 30); d.Allowed {
-				perWindow[windowIndex(at.UnixNano(), &cfg)] += 30
-			}
-		}
-		for k := windowIndex(t0.UnixNano(), &cfg); k < windowIndex(t0.UnixNano(), &cfg)+5; k++ {
-			if perWindow[k] != 90 {
-				t.Errorf("%s: window %d admitted %d units, want 90 (three requests of 30)", pol.Name(), k, perWindow[k])
-			}
-		}
-	}
-}

@@ -1990,9 +1990,6 @@ func roomy(pol compactPolicy, cfg *Config, e *entry) bool {
 // not. (The fair policy paces its guarantee in its gate.)
 func leaseWant(pol compactPolicy, cfg *Config, p *plan, e *entry, need, seen, t int64) (want, paceAt int64) {
 	_, lends := pol.(lender)
-	if !lends && wholeRequest(e.share, e.granted, need) {
-		return need, 0
-	}
 	if !cfg.Pace && !lends {
 		batch := seen / leaseRateDivisor
 		if roomy(pol, cfg, e) {
@@ -2010,18 +2007,6 @@ func leaseWant(pol compactPolicy, cfg *Config, p *plan, e *entry, need, seen, t 
 	}
 	return leaseSize(avail, need, 0), paceAt
 }
-
-// wholeRequest reports whether a request of need units (its cost, more
-// than one) passes what a client may otherwise take, its share (or under
-// the fair policy its guarantee, most): once per window, to a client that
-// has had nothing in it, when the request is larger than all of it. A
-// share smaller than one request would otherwise refuse the client in
-// every window while the capacity sat idle (cost 30 of 100 over five
-// clients). The window's budget still bounds what is admitted, first
-// come; the client's share grows to what it was granted (sync), so
-// granted ≤ share holds. (A share of 0 against a cost of 1 is the
-// rounding's: it stays.)
-func wholeRequest(most, granted, need int64) bool { return need > 1 && granted == 0 && need > most }
 
 // slot returns the slot of window k, or nil.
 func (s *fleetState) slot(k int64) *fleetSlot {

@@ -586,8 +586,8 @@ func (r *view) unshifted(t int64) int64 { return t - r.plan.shift }
 //
 //   - per client: an entry's granted never exceeds its share under the
 //     entry's plan, because a lease takes at most share − granted under the
-//     CAS that makes it visible (a whole request grows the share to it:
-//     wholeRequest), and a rebase sets share = granted + allowance;
+//     CAS that makes it visible, and a rebase sets share = granted +
+//     allowance;
 //   - per window: the budget's granted never exceeds the capacity in force
 //     for the window, because every lease first takes its units from the
 //     budget, under the budget's CAS, and gives back what it does not use.
@@ -730,9 +730,6 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			h.paceAt = max(h.paceAt, paceAt)
 			if want > inHand {
 				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, e.prev, t)
-				if gate.on && wholeRequest(gate.guar, gate.had, need) {
-					gate.own = need
-				}
 				// (again: an attempt before this one booked for the
 				// request, and its booking is no early ask.)
 				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash, h.booked)
@@ -755,7 +752,6 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 				budgetShort = want > 0
 			}
 			e.granted += take
-			e.share = max(e.share, e.granted) // (more only for a whole request: wholeRequest)
 		}
 		bkt.entries[i] = e
 		return true, nil
