@@ -177,10 +177,22 @@ func TestPacedClientCannotBurst(t *testing.T) {
 // spent on a refused request, a cost above what the pacer lets through
 // between two retries would never be admitted.)
 func TestPacedCostObeysRetryAfter(t *testing.T) {
-	for _, cost := range []int64{1, 4, 8} {
-		t.Run(fmt.Sprintf("cost=%d", cost), func(t *testing.T) {
-			cfg := Defaults(30, 10*time.Second)
-			cfg.Pace, cfg.Burst = true, 0.5
+	cases := []struct {
+		capacity int64
+		burst    float64
+		cost     int64
+		pol      Policy
+	}{
+		{30, 0.5, 1, nil}, {30, 0.5, 4, nil}, {30, 0.5, 8, nil},
+		// An odd capacity for two units: the paced share refuses before
+		// the pacer, and under fair the gate cuts the take to one unit.
+		{5, 0.5, 2, nil}, {5, 0.5, 2, Fair{}},
+	}
+	for _, c := range cases {
+		cfg := Defaults(c.capacity, 10*time.Second)
+		cfg.Pace, cfg.Burst, cfg.Policy = true, c.burst, c.pol
+		t.Run(fmt.Sprintf("%s/capacity=%d/cost=%d", cfg.policy().Name(), c.capacity, c.cost), func(t *testing.T) {
+			cost := c.cost
 			if cost > PacedAtOnce(&cfg) {
 				t.Fatalf("cost %d is more than pacing lets through at once (%d)", cost, PacedAtOnce(&cfg))
 			}
@@ -203,6 +215,7 @@ func TestPacedCostObeysRetryAfter(t *testing.T) {
 				default:
 					if retry {
 						refusedRetries++
+						t.Logf("retry at %v refused: %+v", now.Sub(t0), d)
 					}
 					now = now.Add(d.RetryAfter)
 					retries++

@@ -106,7 +106,7 @@ func (r *view) paced(got, need, t int64, client uint32, after int64) (int64, hel
 			v.tat = next
 		}
 		switch {
-		case m < got && got == 1:
+		case m < got && need == 1:
 			told, v.turns = addTurn(v.turns, client, next, t, t+pp.interval, horizon, pp)
 		case got <= 0:
 			told, v.turns = addTurn(v.turns, client, next, t, after, horizon, pp)
@@ -126,4 +126,20 @@ func (r *view) paced(got, need, t int64, client uint32, after int64) (int64, hel
 		return 0, held{turnAt: told}
 	}
 	return m, held{}
+}
+
+// pacerAt is the earliest time from t at which the pacer fits need units
+// at once, from the pace record as it is (0 when it cannot be read): for
+// the Retry-After of a request its paced share refused, which did not
+// reach the pacer.
+func (r *view) pacerAt(t, need int64) int64 {
+	raw, _, err := r.store.Get(r.paceKey)
+	if err != nil {
+		return 0
+	}
+	v, err := decodePace(raw)
+	if err != nil {
+		return 0
+	}
+	return t + paceWait(v.tat, t, need, paceParams(r.cfg))
 }

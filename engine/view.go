@@ -771,6 +771,11 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	if ret > 0 {
 		r.give(ret)
 	}
+	if r.cfg.Pace && need > 1 && take < need && h.paceAt > 0 && !h.clipped {
+		// Its paced share refused it, before the pacer: its next moment is
+		// when both have room for all its units.
+		h.paceAt = max(h.paceAt, r.pacerAt(t, need))
+	}
 	cs.flushed += cs.unflushed
 	cs.unflushed = 0
 	cs.lease += take - ret
