@@ -38,7 +38,7 @@ type view struct {
 	clients map[uint64]*clientState // counted clients this worker has seen
 	dirty   []*clientState          // clients with a lease or unwritten demand: the tick's work
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
-	refused map[uint64]int64        // newcomers told "table_full" -> window then
+	refused map[uint64]refusal      // newcomers told "table_full" in the view's window
 
 	stuck stuckClock // see behind
 	seen  budgetSeen // see adjust
@@ -112,7 +112,7 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 		keys:      make([]string, nb),
 		clients:   make(map[uint64]*clientState),
 		waiting:   make(map[uint64]waitMark),
-		refused:   make(map[uint64]int64),
+		refused:   make(map[uint64]refusal),
 	}
 }
 
@@ -958,8 +958,10 @@ func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
 	waiting := arrival{kind: arrivedWaiting}
 	refused := arrival{kind: arrivedRefused}
 	refusedBefore := false
-	if w, ok := r.refused[h]; ok && w == r.plan.window {
-		if int(r.plan.n)+int(r.plan.pending) >= r.cfg.MaxClients {
+	if w, ok := r.refused[h]; ok && w.window == r.plan.window {
+		// Refused again without a read only under the plan that refused
+		// it: a later one (another worker's re-plan) may count it.
+		if w.plan == r.plan.id && int(r.plan.n)+int(r.plan.pending) >= r.cfg.MaxClients {
 			return refused, nil
 		}
 		refusedBefore = true
@@ -1074,16 +1076,25 @@ func (r *view) track(h uint64, b int, created uint64) *clientState {
 	return cs
 }
 
+// refusal is when a newcomer was refused table_full: its window, and the
+// plan it was refused under.
+type refusal struct {
+	window int64
+	plan   uint64
+}
+
 // refuse remembers newcomer h as refused table_full in the view's window:
 // asking again in it proves the newcomer (see arrive).
 func (r *view) refuse(h uint64) {
-	if w, ok := r.refused[h]; ok && w == r.plan.window {
-		return // (a repeat clears no cache)
+	at := refusal{r.plan.window, r.plan.id}
+	if w, ok := r.refused[h]; ok && w.window == at.window {
+		r.refused[h] = at // (a repeat clears no cache)
+		return
 	}
 	if len(r.refused) >= localCacheMax {
 		clear(r.refused)
 	}
-	r.refused[h] = r.plan.window
+	r.refused[h] = at
 }
 
 // closedTo reports whether newcomer h can only be refused as table_full,

@@ -96,7 +96,11 @@ func scaleRefusals(h *Host) int64 {
 // min_cycle pass so the re-plan that registers the newcomers can happen,
 // until all are admitted. idle_cycles is high so that the rollover
 // benchmark's windows without requests forget nobody.
-func scaleHost(b *testing.B, n int) *Host {
+func scaleHost(b testing.TB, n int) *Host { return scaleHostWithin(b, n, 20) }
+
+// scaleHostWithin is scaleHost, failing when a client is still not
+// admitted after passes rounds of requests.
+func scaleHostWithin(b testing.TB, n, passes int) *Host {
 	b.Helper()
 	raw, err := json.Marshal(map[string]any{"capacity": 1 << 40, "cycle": scaleCycle.String(),
 		"min_cycle": "100ms", "max_clients": n, "idle_cycles": 10_000})
@@ -113,7 +117,7 @@ func scaleHost(b *testing.B, n int) *Host {
 		waiting[i] = i
 	}
 	for pass := 0; len(waiting) > 0; pass++ {
-		if pass == 20 {
+		if pass == passes {
 			b.Fatalf("%d of %d clients still not admitted after %d passes", len(waiting), n, pass)
 		}
 		admitted := make([]bool, len(waiting))
