@@ -10,10 +10,15 @@ import (
 )
 
 // TestCaps: three clients hammer a limit of 40 per window, "free" capped
-// at 5 (docs/contract.md, "Caps"). In every window, under the seed and the
-// fair policy, free is admitted its cap and the others share the other
-// 35; with max_share 15 as well, each is admitted its cap, though 5 units
-// then go unused. No response announces more than the client's cap.
+// at 5 (docs/contract.md, "Caps"). In every window after the first busy
+// one, under the seed and the fair policy, free is admitted its cap and
+// the others share the other 35; with max_share 15 as well, each is
+// admitted its cap, though 5 units then go unused. No response announces
+// more than the client's cap. (The first busy window follows the quiet
+// one of registration, whose demands all fit: under fair its level is the
+// capacity, and what a and b borrow past their guarantees goes to who
+// asks first. The contract says so; the windows judged here are planned
+// from a busy one.)
 func TestCaps(t *testing.T) {
 	for _, tc := range []struct {
 		name, policy string
@@ -37,7 +42,7 @@ func TestCaps(t *testing.T) {
 			tg.registerAll(t, ids)
 			start := untilNextWindow(tg.settings)
 			cycle := tg.settings.Engine.Cycle
-			stop := start.Add(2 * cycle)
+			stop := start.Add(3 * cycle)
 			rs := fanOut([]int{2, 2, 2}, func(i, _ int, c *http.Client) []result {
 				var mine []result
 				for time.Now().Before(stop) {
@@ -53,7 +58,7 @@ func TestCaps(t *testing.T) {
 			}
 			got := admittedPerWindow(t, rs, tg.settings)
 			first, _, _ := engine.WindowAt(start, cycle, tg.settings.Engine.WindowOffset)
-			for w := first; w < first+2; w++ {
+			for w := first + 1; w < first+3; w++ {
 				free, a, b := got[windowClient{w, "free"}], got[windowClient{w, "a"}], got[windowClient{w, "b"}]
 				t.Logf("window %d: free %d, a %d, b %d", w, free, a, b)
 				// Each asks far more than 40 a window. Responses at the
