@@ -24,13 +24,18 @@ type Observer interface {
 
 // RolloverEvent describes a plan this worker published.
 type RolloverEvent struct {
-	Plan       uint64 // the plan id: the share period it starts
-	Window     int64  // the aligned window it plans
-	Early      bool   // the same as Replan (the name predates aligned windows)
-	Replan     bool   // a re-plan of the running window for newcomers
-	Clients    int    // counted in the plan
-	Registered int    // newcomers counted for the first time
-	Forgotten  int    // idle clients no longer counted
+	Plan   uint64 // the plan id: the share period it starts
+	Window int64  // the aligned window it plans
+	Early  bool   // the same as Replan (the name predates aligned windows)
+	Replan bool   // a re-plan of the running window for newcomers
+	// Provisional: published without reading the table (a large one), with
+	// the parameters of the plan before; Clients, Registered and Forgotten
+	// are the plan before's, and Closed is not judged. The plan that
+	// replaces it, on a tick, is a re-plan that reads every client.
+	Provisional bool
+	Clients     int // counted in the plan
+	Registered  int // newcomers counted for the first time
+	Forgotten   int // idle clients no longer counted
 	// Closed judges the window this plan's roll closed (Judged is false
 	// for a re-plan, and for a roll out of a window nobody was counted in).
 	Closed WindowFairness

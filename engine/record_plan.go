@@ -34,7 +34,11 @@ type plan struct {
 	promoted uint64 // hash of the unproven newcomer this plan counts (0: none), see registered
 	buckets  uint32 // view size the plan was computed over
 	replan   bool   // published mid-window, for newcomers
-	params   policyParams
+	// provisional: published without reading the table, with the
+	// parameters of the plan before it (see provisional); a tick replaces
+	// it with a plan computed over every client.
+	provisional bool
+	params      policyParams
 	// Largest remainder as a threshold: a client's cap rounds up when
 	// (fractional part, arrival, hash) is at or before (thrFrac, thrSince,
 	// thrHash) in the rounding order (see roundsUp).
@@ -80,6 +84,9 @@ func appendPlan(dst []byte, p *plan) []byte {
 	if p.replan {
 		flags = 1
 	}
+	if p.provisional {
+		flags |= 2
+	}
 	dst = append(dst, flags)
 	for _, f := range p.params {
 		dst = le.AppendUint64(dst, math.Float64bits(f))
@@ -119,6 +126,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.pending = le.Uint32(b[61:])
 	q.buckets = le.Uint32(b[65:])
 	q.replan = b[69]&1 != 0
+	q.provisional = b[69]&2 != 0
 	off := 70
 	for i := range q.params {
 		q.params[i] = math.Float64frombits(le.Uint64(b[off:]))
@@ -136,7 +144,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.newBuckets = int64(le.Uint64(b[off+72:]))
 	q.spread = math.Float64frombits(le.Uint64(b[off+80:]))
 	switch {
-	case b[69]&^1 != 0:
+	case b[69]&^3 != 0:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
 	case q.id == 0 || q.id >= maxPlanID || q.roll == 0 || q.roll > q.id:
 		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)

@@ -52,13 +52,16 @@ const (
 type caller uint8
 
 const (
-	// callerCounted: a client the plan counts, a tick, or nobody.
+	// callerCounted: a client the plan counts, or nobody.
 	callerCounted caller = iota
 	// callerNew: a client the table does not hold (a newcomer).
 	callerNew
 	// callerWaiting: a newcomer the table holds, waiting for a plan to
 	// count it: the one unproven newcomer a re-plan may count (promote).
 	callerWaiting
+	// callerTick: a tick, which is what plans over a large table (see
+	// provisional); otherwise as callerCounted.
+	callerTick
 )
 
 var stepNames = [...]string{"stay", "roll", "replan", "pending", "table_full", "jump"}
@@ -106,7 +109,7 @@ func (s stepKind) String() string {
 //     window's first re-plan need not wait for MinCycle after the window's
 //     own plan (see replanAllowed): one more per window.
 func transition(p *plan, cfg *Config, now, behind int64, who caller) (stepKind, int64) {
-	newcomer := who != callerCounted
+	newcomer := who == callerNew || who == callerWaiting
 	empty := p.id == 0 || p.n+p.pending == 0
 	start, end := planWindow(p, cfg)
 	if p.id == 0 || now >= end {
@@ -123,6 +126,9 @@ func transition(p *plan, cfg *Config, now, behind int64, who caller) (stepKind, 
 	}
 	if who == callerNew && int(p.n)+int(p.pending) >= cfg.MaxClients {
 		return stepTableFull, p.window
+	}
+	if p.provisional && who == callerTick {
+		return stepReplan, p.window
 	}
 	if newcomer || p.pending > 0 {
 		if replanAllowed(p, cfg, now) {
@@ -703,6 +709,39 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 	}
 }
 
+// planInPlaceMax is the largest table (clients counted and waiting) a
+// request plans over: reading every bucket costs about a microsecond a
+// client in Wasm, and a request must not wait much longer than a
+// millisecond for it. Above it, a request publishes a provisional plan
+// and a tick computes the plan that replaces it.
+const planInPlaceMax = 1024
+
+// provisional makes next, the plan a request would compute over a table
+// larger than planInPlaceMax, a provisional one instead, when cur's
+// parameters can stand for it, and reports whether it did: the shares
+// follow cur's parameters (the policy's, the rounding threshold, the
+// spread) with each client's own demand, until a tick replaces next with
+// a plan computed over every client (transition). They need not sum to
+// the capacity meanwhile; the window's budget bounds what it admits, as
+// under any plan.
+//
+// cur's parameters stand only for a plan of the same capacity: a capacity
+// that changed (a new config, a fleet lease) is planned in place.
+func provisional(next, cur *plan, capacity int64) bool {
+	if cur.id == 0 || int(cur.n)+int(cur.pending) <= planInPlaceMax || cur.capacity != capacity {
+		return false
+	}
+	next.provisional = true
+	next.capacity, next.n = capacity, cur.n+cur.pending
+	next.params, next.spread = cur.params, cur.spread
+	next.thrFrac, next.thrSince, next.thrHash = cur.thrFrac, cur.thrSince, cur.thrHash
+	next.scale = 1
+	if next.replan {
+		next.scale = cur.scale
+	}
+	return true
+}
+
 // maxSpread bounds a plan's spread: far above any a real plan computes
 // (capacity over the smallest cap that takes part).
 const maxSpread = 1 << 62
@@ -894,6 +933,10 @@ func (Seed) capOf(pp *policyParams, demand, most float64) float64 {
 		return def + math.Min(need, need/deficit*surplus)
 	case g <= 0:
 		return def
+	case surplus <= 0:
+		// (Only under parameters computed over other demands, a
+		// provisional plan's: a plan's own surplus counts this client's.)
+		return r
 	}
 	return r + g/surplus*remaining
 }

@@ -355,6 +355,10 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		}
 		reset = step != stepReplan && !corrupt // a fresh window: an unreadable budget is reset empty
 		capacity, left := r.budgetLeft(&next, v, bcorrupt, reset)
+		if who != callerTick && !corrupt && r.newest(&cur) == nil && next.buckets == cur.buckets && provisional(&next, &cur, capacity) {
+			taken = step
+			return &next, nil
+		}
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
@@ -381,14 +385,15 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		r.obs.ClockJump(time.Duration(next.shift - cur.shift))
 	}
 	r.obs.Rollover(RolloverEvent{
-		Plan:       next.id,
-		Window:     next.window,
-		Early:      next.replan,
-		Replan:     next.replan,
-		Clients:    int(next.n),
-		Registered: found.registered,
-		Forgotten:  max(0, int(cur.n)+found.registered-int(next.n)),
-		Closed:     closed,
+		Plan:        next.id,
+		Window:      next.window,
+		Early:       next.replan,
+		Replan:      next.replan,
+		Provisional: next.provisional,
+		Clients:     int(next.n),
+		Registered:  found.registered,
+		Forgotten:   max(0, int(cur.n)+found.registered-int(next.n)),
+		Closed:      closed,
 	})
 	return taken, nil
 }
@@ -859,8 +864,8 @@ func (r *view) tick(real int64) {
 	}
 	t := real + r.plan.shift
 	r.tickClients(t)
-	if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerCounted); step != stepStay {
-		_, _ = r.replan(real, callerCounted, 0)
+	if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerTick); step != stepStay {
+		_, _ = r.replan(real, callerTick, 0)
 	}
 }
 
