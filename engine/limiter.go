@@ -200,6 +200,20 @@ func (l *Limiter) TickAt(now time.Time) {
 	l.view.tick(l.read(now))
 }
 
+// PlanAt reads the next slice of a plan over a large table, when this
+// worker reads one, and reports whether it still does: until then the
+// host should call it every PlanTick. (TickAt reads a slice too, so a
+// host that only ticks completes the plan, later.) A request never reads
+// the table: over a large one, it publishes a provisional plan, which the
+// plan read in slices replaces.
+func (l *Limiter) PlanAt(now time.Time) bool {
+	real := l.read(now)
+	if err := l.view.refresh(real); err != nil {
+		return l.view.sliced.roll != 0
+	}
+	return l.view.slice(real)
+}
+
 // RegisterAt declares clients at now, as if each had sent a request but
 // without counting demand: the simulator and tests use it to start a
 // scenario with every client known. They are counted at once when a plan is

@@ -37,8 +37,9 @@ func largeTable(t *testing.T) (*Limiter, *countingStore, Config) {
 }
 
 // A request that crosses into a new window over a large table publishes a
-// provisional plan without reading the table; the next tick replaces it
-// with the plan a tick would have made in the first place.
+// provisional plan without reading the table; ticks then read the table a
+// slice at a time, and replace it with the plan a tick would have made in
+// place.
 func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
 	l, store, cfg := largeTable(t)
 	next := t0.Add(cfg.Cycle)
@@ -57,22 +58,41 @@ func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
 
 	ref, _, _ := largeTable(t)
 	ref.TickAt(next) // a tick plans the new window in place
-	want := ref.view.plan
-	if want.provisional {
-		t.Fatal("a tick made a provisional plan")
+	for i := 0; ref.view.plan.provisional; i++ {
+		if i > 100 {
+			t.Fatal("the reference plan is still provisional after 100 slices")
+		}
+		ref.PlanAt(next.Add(time.Duration(i+1) * PlanTick))
 	}
+	want := ref.view.plan
 
-	l.TickAt(next.Add(time.Millisecond))
+	slices := 0
+	for at := next.Add(PlanTick); l.view.plan.provisional; at = at.Add(PlanTick) {
+		store.ops.Store(0)
+		planning := l.PlanAt(at)
+		slices++
+		if ops := store.ops.Load(); ops > int64(l.view.nb)/2 {
+			t.Errorf("slice %d made %d store operations", slices, ops)
+		}
+		if planning != l.view.plan.provisional {
+			t.Errorf("slice %d: PlanAt says %v, the plan's provisional is %v", slices, planning, l.view.plan.provisional)
+		}
+		if slices > 100 {
+			t.Fatal("still provisional after 100 slices")
+		}
+	}
+	if min := int(before.n) / (2 * sliceEntries); slices < min {
+		t.Errorf("the table was read in %d slices, want at least %d", slices, min)
+	}
 	got := l.view.plan
-	if got.provisional || got.window != want.window {
-		t.Fatalf("plan after the tick: %+v, want one computed over the table", got)
+	if got.window != want.window {
+		t.Fatalf("plan after the slices: %+v, want one for window %d", got, want.window)
 	}
 	if got.params != want.params || got.n != want.n || got.spread != want.spread ||
 		got.thrFrac != want.thrFrac || got.thrSince != want.thrSince || got.thrHash != want.thrHash {
-		t.Errorf("the tick's plan differs from one planned in place:\n got %+v\nwant %+v", got, want)
+		t.Errorf("the plan read in slices differs from one planned in place:\n got %+v\nwant %+v", got, want)
 	}
 	if got.params == before.params {
 		t.Error("the demand of the first window changed no parameter: the test shows nothing")
 	}
 }
-

@@ -538,6 +538,7 @@ type planScratch struct {
 	weights []float64
 	mosts   []float64 // caps (rules.go, Caps), +Inf for an uncapped client
 	granted []int64
+	caps    []float64 // computePlan's: demands as counted, then the caps' floors
 	fracs   []float64
 	order   []int
 	closed  closedScratch
@@ -659,15 +660,18 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		return
 	}
 	def := float64(capacity) / totalWeight(s.weights, n) // per weight unit
-	for i := range s.demands {
+	// (The clients' demands stay as recorded: a plan read a slice at a
+	// time computes again when its publication loses to a pending count.)
+	s.caps = append(s.caps[:0], s.demands...)
+	for i := range s.caps {
 		if s.isNew[i] {
-			s.demands[i] = newDemand(s.weights[i]*def, s.shown[i])
+			s.caps[i] = newDemand(s.weights[i]*def, s.shown[i])
 		}
-		s.demands[i] = math.Min(sanitize(s.demands[i]), s.mosts[i])
+		s.caps[i] = math.Min(sanitize(s.caps[i]), s.mosts[i])
 	}
-	next.params = pol.params(capacity, s.demands, s.weights, s.mosts)
+	next.params = pol.params(capacity, s.caps, s.weights, s.mosts)
 	s.fracs = resizeFloats(s.fracs, n)
-	for i, d := range s.demands {
+	for i, d := range s.caps {
 		s.fracs[i] = math.Max(0, sanitize(weightedCap(pol, &next.params, d, s.weights[i], s.mosts[i])))
 	}
 	if _, lends := pol.(lender); !lends {
@@ -678,7 +682,7 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		c = spreadCap(next, c, s.mosts[i])
 		f := math.Floor(c)
 		s.fracs[i] = c - f
-		s.demands[i] = f // the demand is not needed any more: keep the floor
+		s.caps[i] = f // the demand is not needed any more: keep the floor
 		floors += int64(math.Min(f, float64(capacity)))
 	}
 	switch up := capacity - floors; {
@@ -691,7 +695,7 @@ func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left i
 		next.thrFrac, next.thrSince, next.thrHash = s.fracs[i], s.since[i], s.hashes[i]
 	}
 	var want int64
-	for i, d := range s.demands {
+	for i, d := range s.caps {
 		// d now holds the cap's floor (see above); roundCap's arithmetic on
 		// the same cap gives the same integer.
 		f := d

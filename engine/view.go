@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -52,6 +53,7 @@ type view struct {
 	// newcomer places (marksCarry).
 	marksFrom uint64
 	scratch   planScratch
+	sliced    planSlices // a plan over a large table this worker reads a slice at a time
 }
 
 // stuckClock: the clock has read before the view's window (of roll roll)
@@ -355,7 +357,17 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		}
 		reset = step != stepReplan && !corrupt // a fresh window: an unreadable budget is reset empty
 		capacity, left := r.budgetLeft(&next, v, bcorrupt, reset)
-		if who != callerTick && !corrupt && r.newest(&cur) == nil && next.buckets == cur.buckets && provisional(&next, &cur, capacity) {
+		switch {
+		case who == callerTick && cur.provisional && step == stepReplan:
+			// The slices read replace cur (slice), once they cover the table.
+			if r.sliced.roll != cur.roll || r.sliced.buckets != cur.buckets || r.sliced.bucket < r.nb {
+				return nil, nil
+			}
+			found = r.sliced.found
+			computePlan(&next, &r.scratch, r.pol, capacity, left)
+			taken = step
+			return &next, nil
+		case !corrupt && r.newest(&cur) == nil && next.buckets == cur.buckets && provisional(&next, &cur, capacity):
 			taken = step
 			return &next, nil
 		}
@@ -379,6 +391,9 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	})
 	if err != nil || !published {
 		return stepStay, err
+	}
+	if next.provisional && (r.sliced.roll != next.roll || r.sliced.buckets != next.buckets) {
+		r.startSlices(&next, next.at)
 	}
 	r.resetCorrupt(found.corrupt, bcas, bcorrupt, reset)
 	if taken == stepJump {
@@ -490,24 +505,38 @@ type scanned struct {
 // fail): its bucket is treated as unreadable.
 func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
 	r.scratch.reset()
+	r.sliced = planSlices{} // (the slices read so far are in the scratch reset)
 	var out scanned
+	_, err := r.scanBuckets(cur, next, checkFuture, 0, math.MaxInt, &out)
+	return out, err
+}
+
+// scanBuckets reads buckets from the from-th on into r.scratch and out
+// (see scan), until it has read every bucket, or at least most entries,
+// and returns the bucket it stopped before.
+func (r *view) scanBuckets(cur, next *plan, checkFuture bool, from int, most int, out *scanned) (int, error) {
 	// A roll into a new window closes cur's: its clients are judged too
 	// (not after an unreadable plan, when cur is made up and checkFuture
 	// off).
 	closing := checkFuture && cur.id != 0 && next.window > cur.window && !next.replan
-	for b := 0; b < r.nb; b++ {
+	read := 0
+	for b := from; b < r.nb; b++ {
+		if read >= most {
+			return b, nil
+		}
 		raw, cas, err := r.store.Get(r.key(b))
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			r.obs.StoreFailure("get bucket", err)
-			return scanned{}, err
+			return b, err
 		}
 		if err := decodeBucket(raw, &r.bkt); err != nil {
 			out.corrupt = append(out.corrupt, corruptKey{b, cas})
 			continue
 		}
+		read += len(r.bkt.entries)
 		mark, cmark, markNew := len(r.scratch.hashes), len(r.scratch.closed.demands), out.registered
 		for i := range r.bkt.entries {
 			e := &r.bkt.entries[i]
@@ -529,7 +558,77 @@ func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
 			}
 		}
 	}
-	return out, nil
+	return r.nb, nil
+}
+
+// Plans over a large table: a request does not read the table. It
+// publishes a provisional plan (see provisional), and the worker that
+// published it reads the table a slice at a time on its ticks, then
+// publishes the plan that replaces it: a re-plan of the window, over every
+// client, as a tick would have made it in place.
+
+// planSlices is a plan over a large table that this worker reads a slice
+// at a time.
+type planSlices struct {
+	roll    uint64 // the roll of the window it plans (0: none under way)
+	buckets uint32 // the table it reads
+	next    plan   // what decides who it counts: the plan it will publish
+	bucket  int    // the next bucket to read
+	found   scanned
+}
+
+// sliceEntries is the fewest entries a slice reads; it reads more when
+// that would not read the table in half a window at one slice every
+// PlanTick. A slice of 512 entries is about half a millisecond in Wasm.
+const sliceEntries = 512
+
+// PlanTick is how often a host should tick a limiter that reads a plan a
+// slice at a time (Limiter.PlanAt).
+const PlanTick = 5 * time.Millisecond
+
+// startSlices starts reading the table for the plan that replaces the
+// provisional plan p, at t (shifted).
+func (r *view) startSlices(p *plan, t int64) {
+	r.scratch.reset()
+	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
+		replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
+}
+
+// slice reads the next slice of the table under a provisional plan, and
+// publishes the plan that replaces it once the whole table is read. It
+// reports whether this worker is still reading one. A worker that did not
+// publish the provisional plan starts reading only after half a window,
+// in case the one that did stopped.
+func (r *view) slice(real int64) bool {
+	p, s := &r.plan, &r.sliced
+	if !p.provisional {
+		*s = planSlices{}
+		return false
+	}
+	t := real + p.shift
+	if s.roll != p.roll || s.buckets != p.buckets {
+		if t < p.at+int64(r.cfg.Cycle)/2 {
+			return false
+		}
+		r.startSlices(p, t)
+	}
+	// (A provisional re-plan since the start, for newcomers: the plan this
+	// one publishes follows it. What the slices read is still the
+	// window's.)
+	s.next.id = p.id + 1
+	most := max(sliceEntries, int(int64(p.n)*int64(PlanTick)*2/int64(r.cfg.Cycle)))
+	end, err := r.scanBuckets(p, &s.next, true, s.bucket, most, &s.found)
+	s.bucket = end
+	if err != nil || end < r.nb {
+		return true
+	}
+	if _, err := r.replan(real, callerTick, 0); err != nil {
+		return true // (the slices stay read: publishing is tried again at the next tick)
+	}
+	if r.plan.provisional {
+		*s = planSlices{} // another provisional plan won: read it again
+	}
+	return r.plan.provisional
 }
 
 // resetCorrupt rewrites the unreadable values the plan's scan found. Only
@@ -864,8 +963,11 @@ func (r *view) tick(real int64) {
 	}
 	t := real + r.plan.shift
 	r.tickClients(t)
-	if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerTick); step != stepStay {
-		_, _ = r.replan(real, callerTick, 0)
+	if r.slice(real) || r.plan.provisional {
+		return
+	}
+	if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerCounted); step != stepStay {
+		_, _ = r.replan(real, callerCounted, 0)
 	}
 }
 
