@@ -207,12 +207,19 @@ func (l *Limiter) TickAt(now time.Time) {
 // the table: over a large one, it publishes a provisional plan, which the
 // plan read in slices replaces.
 func (l *Limiter) PlanAt(now time.Time) bool {
+	if !l.Planning() {
+		return false // (no store operation: a tick takes over a stopped worker's plan)
+	}
 	real := l.read(now)
 	if err := l.view.refresh(real); err != nil {
 		return l.view.sliced.roll != 0
 	}
 	return l.view.slice(real)
 }
+
+// Planning reports whether this worker reads a plan a slice at a time
+// (PlanAt).
+func (l *Limiter) Planning() bool { return l.view.sliced.roll != 0 }
 
 // RegisterAt declares clients at now, as if each had sent a request but
 // without counting demand: the simulator and tests use it to start a

@@ -33,9 +33,12 @@ type RolloverEvent struct {
 	// are the plan before's, and Closed is not judged. The plan that
 	// replaces it, on a tick, is a re-plan that reads every client.
 	Provisional bool
-	Clients     int // counted in the plan
-	Registered  int // newcomers counted for the first time
-	Forgotten   int // idle clients no longer counted
+	// Completes: the plan replaces a provisional one with the one read
+	// over the table, a slice at a time; not a rollover of its own.
+	Completes  bool
+	Clients    int // counted in the plan
+	Registered int // newcomers counted for the first time
+	Forgotten  int // idle clients no longer counted
 	// Closed judges the window this plan's roll closed (Judged is false
 	// for a re-plan, and for a roll out of a window nobody was counted in).
 	Closed WindowFairness

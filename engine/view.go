@@ -276,6 +276,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		found           scanned
 		bcas            uint32
 		bcorrupt, reset bool
+		completes       bool // next replaces a provisional plan with the slices read
 		closed          WindowFairness
 	)
 	published, err := r.publish(func(read plan, corrupt bool) (*plan, error) {
@@ -363,7 +364,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			if r.sliced.roll != cur.roll || r.sliced.buckets != cur.buckets || r.sliced.bucket < r.nb {
 				return nil, nil
 			}
-			found = r.sliced.found
+			found, completes = r.sliced.found, true
 			computePlan(&next, &r.scratch, r.pol, capacity, left)
 			taken = step
 			return &next, nil
@@ -402,9 +403,10 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	r.obs.Rollover(RolloverEvent{
 		Plan:        next.id,
 		Window:      next.window,
-		Early:       next.replan,
-		Replan:      next.replan,
+		Early:       next.replan && !completes,
+		Replan:      next.replan && !completes,
 		Provisional: next.provisional,
+		Completes:   completes,
 		Clients:     int(next.n),
 		Registered:  found.registered,
 		Forgotten:   max(0, int(cur.n)+found.registered-int(next.n)),

@@ -247,6 +247,31 @@ func (f *Filter) Tick(active func(i, w, clients int)) {
 	}
 }
 
+// Plan reads the next slice of the plans this worker reads over large
+// tables (engine.Limiter.PlanAt), and reports whether it still reads one:
+// the host should then tick every engine.PlanTick.
+func (f *Filter) Plan() bool {
+	now, planning := f.clock.Now(), false
+	for i := range f.limits {
+		for _, l := range f.limits[i].limiters {
+			planning = l.PlanAt(now) || planning
+		}
+	}
+	return planning
+}
+
+// Planning reports whether this worker reads a plan a slice at a time.
+func (f *Filter) Planning() bool {
+	for i := range f.limits {
+		for _, l := range f.limits[i].limiters {
+			if l.Planning() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // TickPeriod is how often the host should tick the filter: often enough
 // for the limit that needs it most often (Config.TickPeriod).
 func (f *Filter) TickPeriod() time.Duration { return f.shortest((*Config).TickPeriod) }

@@ -195,9 +195,13 @@ type observer struct {
 
 // Rollover implements engine.Observer.
 func (o *observer) Rollover(ev engine.RolloverEvent) {
-	if ev.Early {
+	switch {
+	case ev.Completes:
+		proxywasm.LogDebugf("borrowcycle: plan %d read over the table replaces a provisional one: %d clients", ev.Plan, ev.Clients)
+		return
+	case ev.Early:
 		o.m.rolloverEarly.pending++
-	} else {
+	default:
 		o.m.rolloverDue.pending++
 	}
 	if ev.Closed.Judged {

@@ -104,6 +104,11 @@ type pluginContext struct {
 	tick             time.Duration
 	housekeeping     time.Duration
 	lastHousekeeping time.Time
+	// While this worker reads a plan a slice at a time (planning), ticks
+	// come every engine.PlanTick for it; the rest keeps the period tick,
+	// from lastTick.
+	planning bool
+	lastTick time.Time
 }
 
 // OnPluginStart implements types.PluginContext.
@@ -163,6 +168,16 @@ func (p *pluginContext) OnTick() {
 	if p.filter == nil {
 		return
 	}
+	p.setPlanning(p.filter.Plan())
+	if p.planning {
+		// (A clock that stepped back reads a negative time since: due.)
+		now := p.filter.Now()
+		if since := now.Sub(p.lastTick); since >= 0 && since < p.tick-engine.PlanTick/2 {
+			return
+		}
+		p.lastTick = now
+	}
+	defer func() { p.setPlanning(p.filter.Planning()) }() // (a tick may start a plan)
 	p.serveHeld(false)
 	if p.tick < p.housekeeping {
 		// Ticks come often for held requests; the rest keeps its period.
@@ -183,6 +198,24 @@ func (p *pluginContext) OnTick() {
 	p.filter.Tick(p.setActive)
 	p.fleetTick()
 	p.vm.test.reportMemory()
+}
+
+// setPlanning sets the tick period for reading a plan a slice at a time
+// (on), or back to the filter's own.
+func (p *pluginContext) setPlanning(on bool) {
+	if on == p.planning {
+		return
+	}
+	period := p.tick
+	if on {
+		period = min(p.tick, engine.PlanTick)
+		p.lastTick = p.filter.Now()
+	}
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(period.Milliseconds())); err != nil {
+		proxywasm.LogWarnf("borrowcycle: setting the tick period to %v: %v", period, err)
+		return
+	}
+	p.planning = on
 }
 
 // setActive records the number of clients registered in the i-th limit's
