@@ -167,9 +167,11 @@ func BenchmarkWorkers(b *testing.B) {
 }
 
 // BenchmarkRollover is the cost of planning a new window with n clients
-// counted: reading every bucket, computing the policy's parameters and the
-// rounding threshold, and publishing the plan. It runs once per window (or
-// MinCycle, for a re-plan) on one worker.
+// counted, on one worker: the tick that rolls (a provisional plan over a
+// table larger than planInPlaceMax), then the slices PlanAt reads, one
+// every PlanTick, until the plan read over every client is published.
+// ms/plan is all of it; max-ms/callback the longest single call, the
+// stall a worker's requests may see.
 func BenchmarkRollover(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
@@ -190,13 +192,30 @@ func BenchmarkRollover(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu := processCPU()
+			var longest time.Duration
+			timed := func(call func()) {
+				start := time.Now()
+				call()
+				longest = max(longest, time.Since(start))
+			}
+			callbacks := 0
 			for i := 0; i < b.N; i++ {
-				id := l.view.plan.id
-				l.TickAt(t0.Add(time.Duration(i+1) * cfg.Cycle))
-				if l.view.plan.id != id+1 {
+				at := t0.Add(time.Duration(i+1) * cfg.Cycle)
+				window := l.view.plan.window
+				timed(func() { l.TickAt(at) })
+				callbacks++
+				for l.view.plan.provisional {
+					at = at.Add(PlanTick)
+					timed(func() { l.PlanAt(at) })
+					callbacks++
+				}
+				if l.view.plan.window != window+1 || l.view.plan.provisional {
 					b.Fatalf("tick %d made no plan", i)
 				}
 			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/plan")
+			b.ReportMetric(float64(longest.Nanoseconds())/1e6, "max-ms/callback")
+			b.ReportMetric(float64(callbacks)/float64(b.N), "callbacks/plan")
 			if used := processCPU() - cpu; used > 0 { // 0 where the platform cannot tell (wasip1)
 				b.ReportMetric(float64(used)/float64(b.N)/1e6, "cpu-ms/op")
 			}
