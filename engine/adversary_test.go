@@ -357,14 +357,19 @@ func TestAdversaryContention(t *testing.T) {
 		name     string
 		mutate   func(*engine.Config)
 		capacity int64
+		clients  int // 64 unless set
 	}{
-		{"contention/seed", nil, 500},
-		{"contention/fair", func(c *engine.Config) { c.Policy = engine.Fair{} }, 500},
-		{"contention/paced", func(c *engine.Config) { c.Pace, c.Burst = true, 0.2 }, 500},
+		{"contention/seed", nil, 500, 0},
+		{"contention/fair", func(c *engine.Config) { c.Policy = engine.Fair{} }, 500, 0},
+		{"contention/paced", func(c *engine.Config) { c.Pace, c.Burst = true, 0.2 }, 500, 0},
 		// A capacity above the demand: no share is ever spent, each worker
 		// sees each client too rarely to lease ahead, so nearly every
 		// request takes from the budget under CAS.
-		{"contention/seed-never-spent", nil, 20_000},
+		{"contention/seed-never-spent", nil, 20_000, 0},
+		// More clients than a request plans over: provisional plans, and
+		// plans read in slices on ticks, while 32 workers contend.
+		{"contention/seed-large-table", func(c *engine.Config) { c.MaxClients = 4096 }, 500, 1500},
+		{"contention/fair-large-table", func(c *engine.Config) { c.MaxClients, c.Policy = 4096, engine.Fair{} }, 500, 1500},
 	}
 	for ci, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -382,7 +387,8 @@ func TestAdversaryContention(t *testing.T) {
 			}
 			tickEvery := cycle / 10
 			store := newAdvStore(true)
-			clients := advClients("client", 64)
+			clients := advClients("client", max(c.clients, 64))
+			var plans advPlans
 			var clock atomic.Int64 // true time, Unix ns
 			clock.Store(advEpoch.UnixNano())
 
@@ -391,7 +397,7 @@ func TestAdversaryContention(t *testing.T) {
 			starts := make([]chan struct{}, workers)
 			var batch, done sync.WaitGroup
 			for i := 0; i < workers; i++ {
-				l, err := engine.New(cfg, store)
+				l, err := engine.New(cfg, store, engine.WithObserver(&plans))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -452,7 +458,28 @@ func TestAdversaryContention(t *testing.T) {
 			if tally[engine.ReasonOK] == 0 {
 				t.Errorf("nothing admitted")
 			}
+			t.Logf("adversary: %s provisional plans = %d, plans read in slices = %d", c.name, plans.provisional.Load(), plans.completed.Load())
+			if c.clients > 0 && (plans.provisional.Load() == 0 || plans.completed.Load() == 0) {
+				t.Errorf("%d clients: %d provisional plans and %d read in slices, want some of each",
+					c.clients, plans.provisional.Load(), plans.completed.Load())
+			}
 		})
+	}
+}
+
+// advPlans counts the provisional plans published and the plans read in
+// slices that replaced one.
+type advPlans struct {
+	engine.NopObserver
+	provisional, completed atomic.Int64
+}
+
+func (p *advPlans) Rollover(ev engine.RolloverEvent) {
+	if ev.Provisional {
+		p.provisional.Add(1)
+	}
+	if ev.Completes {
+		p.completed.Add(1)
 	}
 }
 

@@ -485,6 +485,13 @@ func roundCap(c, most float64, since int64, hash uint64, p *plan) int64 {
 // earlier arrival (registration order), then lower hash", and the first
 // capacity − Σfloor of them round up: the threshold is the last of those.
 func roundsUp(frac float64, since int64, hash uint64, p *plan) bool {
+	if p.provisional {
+		// A provisional plan's threshold was computed over other caps:
+		// there a client rounds up with a chance of its fraction instead,
+		// drawn from its hash, so that the shares sum to about the
+		// capacity whatever the caps.
+		return frac > float64(hash>>11)/(1<<53)
+	}
 	return before(frac, since, hash, p.thrFrac, p.thrSince, p.thrHash) ||
 		(frac == p.thrFrac && since == p.thrSince && hash == p.thrHash)
 }
@@ -723,11 +730,11 @@ const planInPlaceMax = 1024
 // provisional makes next, the plan a request would compute over a table
 // larger than planInPlaceMax, a provisional one instead, when cur's
 // parameters can stand for it, and reports whether it did: the shares
-// follow cur's parameters (the policy's, the rounding threshold, the
-// spread) with each client's own demand, until a tick replaces next with
-// a plan computed over every client (transition). They need not sum to
-// the capacity meanwhile; the window's budget bounds what it admits, as
-// under any plan.
+// follow cur's parameters (the policy's and the spread) with each
+// client's own demand, rounded at random (roundsUp), until the plan read
+// over every client in slices replaces next (view.slice). They need not
+// sum to the capacity meanwhile; the window's budget bounds what it
+// admits, as under any plan.
 //
 // cur's parameters stand only for a plan of the same capacity: a capacity
 // that changed (a new config, a fleet lease) is planned in place.
@@ -738,7 +745,6 @@ func provisional(next, cur *plan, capacity int64) bool {
 	next.provisional = true
 	next.capacity, next.n = capacity, cur.n+cur.pending
 	next.params, next.spread = cur.params, cur.spread
-	next.thrFrac, next.thrSince, next.thrHash = cur.thrFrac, cur.thrSince, cur.thrHash
 	next.scale = 1
 	if next.replan {
 		next.scale = cur.scale
