@@ -655,69 +655,453 @@ func (s *planScratch) add(e *entry, next *plan, cfg *Config) {
 	s.granted = append(s.granted, g)
 }
 
-// computePlan fills next's parameters from the clients in s. capacity is
-// what the shares split; left is what remains of the window's budget (the
-// whole capacity for a new window).
-func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left int64) {
+// Computing a plan takes a handful of passes over the clients a scan
+// recorded (planScratch). Over a large table they are cut into steps, so
+// that a plan read in slices (view.slice) is computed across ticks too:
+// planMath is the computation as a state machine, each of whose passes
+// resumes from an index and the sums so far, and computePlan runs it to
+// the end at once. The same arithmetic either way, in the same order.
+
+// mathPhase is the pass a planMath is in.
+type mathPhase uint8
+
+const (
+	phaseWeight mathPhase = iota // W, the clients' total weight
+	phaseDemand                  // each client's demand as counted: its cap's input
+	phaseParams                  // the policy's parameters (fair: the level, a search)
+	phaseAbove                   // fair: the clients wanting more than the level
+	phaseCaps                    // each client's real-valued cap
+	phaseSpread                  // a partition's spread, a round at a time
+	phaseFloors                  // each cap's floor and fraction
+	phaseRound                   // the largest-remainder threshold: a selection
+	phaseWant                    // what the clients still want: a partition's scale
+	phaseDone
+)
+
+// planMath computes next's parameters from the clients in s (see
+// computePlan), a step at a time.
+type planMath struct {
+	next           plan
+	s              *planScratch
+	pol            compactPolicy
+	capacity, left int64
+	phase          mathPhase
+	i              int // the next client of the pass
+	weight, def    float64
+	seed           seedSums
+	level          levelSearch
+	above          float64
+	spread         spreadRounds
+	floors, want   int64
+	sel            selection
+}
+
+// start sets m to compute next's parameters from s; capacity is what the
+// shares split, left what remains of the window's budget.
+func (m *planMath) start(next *plan, s *planScratch, pol compactPolicy, capacity, left int64) {
+	*m = planMath{next: *next, s: s, pol: pol, capacity: capacity, left: left}
 	n := len(s.hashes)
-	next.capacity, next.n = capacity, uint32(n)
-	next.thrFrac, next.thrSince, next.thrHash, next.scale, next.spread = 2, 0, 0, 1, 1
+	p := &m.next
+	p.capacity, p.n = capacity, uint32(n)
+	p.thrFrac, p.thrSince, p.thrHash, p.scale, p.spread = 2, 0, 0, 1, 1
 	if n == 0 {
-		next.params = pol.params(capacity, nil, nil, nil)
+		p.params = pol.params(capacity, nil, nil, nil)
+		m.phase = phaseDone
 		return
 	}
-	def := float64(capacity) / totalWeight(s.weights, n) // per weight unit
-	// (The clients' demands stay as recorded: a plan read a slice at a
-	// time computes again when its publication loses to a pending count.)
-	s.caps = append(s.caps[:0], s.demands...)
-	for i := range s.caps {
-		if s.isNew[i] {
-			s.caps[i] = newDemand(s.weights[i]*def, s.shown[i])
-		}
-		s.caps[i] = math.Min(sanitize(s.caps[i]), s.mosts[i])
-	}
-	next.params = pol.params(capacity, s.caps, s.weights, s.mosts)
+	s.caps = resizeFloats(s.caps, n)
 	s.fracs = resizeFloats(s.fracs, n)
-	for i, d := range s.caps {
-		s.fracs[i] = math.Max(0, sanitize(weightedCap(pol, &next.params, d, s.weights[i], s.mosts[i])))
+}
+
+// step does at most budget client operations (at least one) and reports
+// whether the plan is computed: m.next then holds it.
+func (m *planMath) step(budget int) bool {
+	budget = max(budget, 1)
+	for budget > 0 && m.phase != phaseDone {
+		budget = m.stepPhase(budget)
 	}
-	if _, lends := pol.(lender); !lends {
-		next.spread = spreadCaps(float64(capacity), s.fracs, s.mosts)
+	return m.phase == phaseDone
+}
+
+// pass applies f to the pass's clients from m.i on, at most budget of
+// them, and returns the budget left and whether the pass is over (m.i is
+// then 0 again, for the next).
+func (m *planMath) pass(budget int, f func(i int)) (int, bool) {
+	n := len(m.s.hashes)
+	end := m.i + min(budget, n-m.i)
+	for i := m.i; i < end; i++ {
+		f(i)
 	}
-	var floors int64
-	for i, c := range s.fracs {
-		c = spreadCap(next, c, s.mosts[i])
-		f := math.Floor(c)
-		s.fracs[i] = c - f
-		s.caps[i] = f // the demand is not needed any more: keep the floor
-		floors += int64(math.Min(f, float64(capacity)))
+	budget -= end - m.i
+	if m.i = end; end < n {
+		return budget, false
 	}
-	switch up := capacity - floors; {
-	case up <= 0:
-		// nobody rounds up (thrFrac 2 is above every fraction)
-	case up >= int64(n):
-		next.thrFrac, next.thrSince, next.thrHash = -1, math.MaxInt64, math.MaxUint64
-	default:
-		i := s.selectNth(int(up) - 1)
-		next.thrFrac, next.thrSince, next.thrHash = s.fracs[i], s.since[i], s.hashes[i]
-	}
-	var want int64
-	for i, d := range s.caps {
-		// d now holds the cap's floor (see above); roundCap's arithmetic on
-		// the same cap gives the same integer.
-		f := d
-		if roundsUp(s.fracs[i], s.since[i], s.hashes[i], next) {
-			f++
+	m.i = 0
+	return budget, true
+}
+
+func (m *planMath) stepPhase(budget int) int {
+	s, p, c := m.s, &m.next, float64(m.capacity)
+	var over bool
+	switch m.phase {
+	case phaseWeight:
+		if budget, over = m.pass(budget, func(i int) { m.weight += s.weights[i] }); over {
+			m.def = c / math.Max(m.weight, 1e-9) // per weight unit
+			m.phase = phaseDemand
 		}
-		full := int64(math.Min(math.Min(f, float64(capacity)), s.mosts[i]))
-		want += max(0, full-s.granted[i])
+	case phaseDemand:
+		if budget, over = m.pass(budget, func(i int) {
+			d := s.demands[i]
+			if s.isNew[i] {
+				d = newDemand(s.weights[i]*m.def, s.shown[i])
+			}
+			s.caps[i] = math.Min(sanitize(d), s.mosts[i])
+		}); over {
+			m.phase = phaseParams
+			switch pol := m.pol.(type) {
+			case Seed:
+				m.seed = seedSums{def: m.def, floor: m.def * clamp01(pol.Reservation)}
+			case Fair:
+				m.level.start(c, s.caps, s.weights, &s.order)
+			default:
+				p.params = policyParams{m.def}
+				m.phase = phaseCaps
+			}
+		}
+	case phaseParams:
+		switch m.pol.(type) {
+		case Seed:
+			if budget, over = m.pass(budget, func(i int) { m.seed.add(s.caps[i], s.weights[i], s.mosts[i]) }); over {
+				p.params = m.seed.params()
+				m.phase = phaseCaps
+			}
+		case Fair:
+			if budget = m.level.step(budget); m.level.done() {
+				m.phase = phaseAbove
+			}
+		}
+	case phaseAbove:
+		level := m.level.result()
+		if budget, over = m.pass(budget, func(i int) {
+			if sanitize(s.caps[i])/s.weights[i] > level {
+				m.above++
+			}
+		}); over {
+			p.params = policyParams{m.def, level, c, m.above}
+			m.phase = phaseCaps
+		}
+	case phaseCaps:
+		if budget, over = m.pass(budget, func(i int) {
+			s.fracs[i] = math.Max(0, sanitize(weightedCap(m.pol, &p.params, s.caps[i], s.weights[i], s.mosts[i])))
+		}); over {
+			m.phase = phaseFloors
+			if _, lends := m.pol.(lender); !lends {
+				m.spread = spreadRounds{capacity: c, k: 1}
+				m.phase = phaseSpread
+			}
+		}
+	case phaseSpread:
+		if budget = m.spread.step(budget, s.fracs, s.mosts); m.spread.done {
+			p.spread = m.spread.k
+			m.phase = phaseFloors
+		}
+	case phaseFloors:
+		if budget, over = m.pass(budget, func(i int) {
+			x := spreadCap(p, s.fracs[i], s.mosts[i])
+			f := math.Floor(x)
+			s.fracs[i] = x - f
+			s.caps[i] = f // the demand is not needed any more: keep the floor
+			m.floors += int64(math.Min(f, c))
+		}); over {
+			n := len(s.hashes)
+			m.phase = phaseWant
+			switch up := m.capacity - m.floors; {
+			case up <= 0:
+				// nobody rounds up (thrFrac 2 is above every fraction)
+			case up >= int64(n):
+				p.thrFrac, p.thrSince, p.thrHash = -1, math.MaxInt64, math.MaxUint64
+			default:
+				m.sel.start(int(up)-1, n, &s.order)
+				m.phase = phaseRound
+			}
+		}
+	case phaseRound:
+		if budget = m.sel.step(budget, s); m.sel.done() {
+			i := m.sel.result()
+			p.thrFrac, p.thrSince, p.thrHash = s.fracs[i], s.since[i], s.hashes[i]
+			m.phase = phaseWant
+		}
+	case phaseWant:
+		if _, lends := m.pol.(lender); lends {
+			m.phase = phaseDone // limits, not a partition: the budget and the borrow gate bound the window
+			break
+		}
+		if budget, over = m.pass(budget, func(i int) {
+			// caps[i] now holds the cap's floor (see above); roundCap's
+			// arithmetic on the same cap gives the same integer.
+			f := s.caps[i]
+			if roundsUp(s.fracs[i], s.since[i], s.hashes[i], p) {
+				f++
+			}
+			full := int64(math.Min(math.Min(f, c), s.mosts[i]))
+			m.want += max(0, full-s.granted[i])
+		}); over {
+			if left := max(m.left, 0); m.want > left {
+				p.scale = float64(left) / float64(m.want)
+			}
+			m.phase = phaseDone
+		}
 	}
-	if _, lends := pol.(lender); lends {
-		return // limits, not a partition: the budget and the borrow gate bound the window
+	return budget
+}
+
+// seedSums are the seed's parameters summed one client at a time.
+type seedSums struct {
+	def, floor, deficit, surplus float64
+}
+
+func (a *seedSums) add(d, w, most float64) {
+	g := w * (a.def - kept(sanitize(d)/w, a.floor, most/w))
+	if g < 0 {
+		a.deficit -= g
+	} else {
+		a.surplus += g
 	}
-	if left = max(left, 0); want > left {
-		next.scale = float64(left) / float64(want)
+}
+
+func (a *seedSums) params() policyParams {
+	return policyParams{a.def, a.floor, a.deficit, a.surplus, math.Max(0, a.surplus-a.deficit)}
+}
+
+// spreadRounds is spreadCaps a round at a time (see spreadCaps).
+type spreadRounds struct {
+	capacity, k float64
+	round, i    int
+	fixed, free float64
+	done        bool
+}
+
+func (r *spreadRounds) step(budget int, caps, mosts []float64) int {
+	n := len(caps)
+	for budget > 0 && !r.done {
+		end := r.i + min(budget, n-r.i)
+		for j := r.i; j < end; j++ {
+			if c, m := caps[j], mosts[j]; r.k*c >= m {
+				r.fixed += m
+			} else {
+				r.free += c
+			}
+		}
+		budget -= end - r.i
+		if r.i = end; end < n {
+			return budget
+		}
+		r.i = 0
+		r.finishRound()
 	}
+	return budget
+}
+
+// finishRound raises k to what fills the capacity with the clients not at
+// their cap in the round just summed, or ends.
+func (r *spreadRounds) finishRound() {
+	fixed, free := r.fixed, r.free
+	r.fixed, r.free = 0, 0
+	r.round++
+	if free <= 0 || fixed+r.k*free >= r.capacity*(1-1e-12) {
+		r.done = true
+		return
+	}
+	next := (r.capacity - fixed) / free
+	if next <= r.k {
+		r.done = true
+		return
+	}
+	r.k = math.Min(next, maxSpread)
+	r.done = r.round >= 64 // (every k found is safe: a limit leaves units unshared, never too many)
+}
+
+// levelSearch finds the water level of a weighted max-min split (see
+// weightedLevel) a step at a time: a quickselect over the units dᵢ/wᵢ.
+// Each round partitions the clients not yet placed around a pivot unit,
+// three ways, and places a side whole: below the level (demand met) when
+// the level is at least the pivot, else above it (held to the level). With
+// none left, L = (c − Σ dᵢ below) / Σ wᵢ above, or c when all fit.
+type levelSearch struct {
+	c             float64
+	d, w          []float64 // demands; weights (nil: 1 each)
+	order         []int     // the clients; order[lo:hi] are not yet placed
+	lo, hi        int
+	below, aboveW float64
+	// The round under way (active): order[lo:lt] below the pivot,
+	// [lt:i] at it, [i:gt] not yet read, [gt:hi] above it.
+	active                bool
+	pivot                 float64
+	lt, i, gt             int
+	less, atD, atW, moreW float64
+	round                 uint64
+}
+
+// start sets s to search over demands d and weights w (nil: 1 each),
+// ordering the clients in *order (grown as needed).
+func (s *levelSearch) start(c float64, d, w []float64, order *[]int) {
+	*order = fillOrder(*order, len(d))
+	*s = levelSearch{c: c, d: d, w: w, order: *order, hi: len(d)}
+}
+
+func (s *levelSearch) unit(j int) float64 { return sanitize(s.d[j]) / weightAt(s.w, j) }
+
+func (s *levelSearch) done() bool { return !s.active && s.lo >= s.hi }
+
+// step reads at most budget clients and returns the budget left.
+func (s *levelSearch) step(budget int) int {
+	o := s.order
+	for budget > 0 && !s.done() {
+		if !s.active {
+			p := s.lo + pivotAt(s.round, s.lo, s.hi)
+			s.pivot, s.round, s.active = s.unit(o[p]), s.round+1, true
+			s.lt, s.i, s.gt = s.lo, s.lo, s.hi
+			s.less, s.atD, s.atW, s.moreW = 0, 0, 0, 0
+		}
+		for ; budget > 0 && s.i < s.gt; budget-- {
+			j := o[s.i]
+			switch u := s.unit(j); {
+			case u < s.pivot:
+				s.less += sanitize(s.d[j])
+				o[s.lt], o[s.i] = o[s.i], o[s.lt]
+				s.lt++
+				s.i++
+			case u > s.pivot:
+				s.moreW += weightAt(s.w, j)
+				s.gt--
+				o[s.i], o[s.gt] = o[s.gt], o[s.i]
+			default:
+				s.atD += sanitize(s.d[j])
+				s.atW += weightAt(s.w, j)
+				s.i++
+			}
+		}
+		if s.i < s.gt {
+			break
+		}
+		s.active = false
+		if s.below+s.less+s.pivot*(s.atW+s.moreW+s.aboveW) <= s.c {
+			s.below += s.less + s.atD // the level is at least the pivot
+			s.lo = s.gt
+		} else {
+			s.aboveW += s.atW + s.moreW
+			s.hi = s.lt
+		}
+	}
+	return budget
+}
+
+// result is the level, once done.
+func (s *levelSearch) result() float64 {
+	if s.aboveW <= 0 {
+		return s.c
+	}
+	return (s.c - s.below) / s.aboveW
+}
+
+// selection finds the k-th client (from 0) in the rounding order (see
+// before) a step at a time: a quickselect with Lomuto partitions.
+type selection struct {
+	k, found int // found: the client, -1 until then
+	order    []int
+	lo, hi   int // the candidates: order[lo:hi]
+	active   bool
+	pivot    int // the pivot client, at order[hi-1]
+	i, store int
+	round    uint64
+}
+
+func (s *selection) start(k, n int, order *[]int) {
+	*order = fillOrder(*order, n)
+	*s = selection{k: k, found: -1, order: *order, hi: n}
+}
+
+func (s *selection) done() bool  { return s.found >= 0 }
+func (s *selection) result() int { return s.found }
+
+// step compares at most budget clients and returns the budget left.
+func (s *selection) step(budget int, sc *planScratch) int {
+	o := s.order
+	less := func(a, b int) bool {
+		return before(sc.fracs[a], sc.since[a], sc.hashes[a], sc.fracs[b], sc.since[b], sc.hashes[b])
+	}
+	for budget > 0 && s.found < 0 {
+		if !s.active {
+			if s.hi-s.lo <= 1 {
+				s.found = o[s.lo]
+				break
+			}
+			p := s.lo + pivotAt(s.round, s.lo, s.hi)
+			o[p], o[s.hi-1] = o[s.hi-1], o[p]
+			s.pivot, s.round, s.active = o[s.hi-1], s.round+1, true
+			s.i, s.store = s.lo, s.lo
+		}
+		for ; budget > 0 && s.i < s.hi-1; budget-- {
+			if less(o[s.i], s.pivot) {
+				o[s.i], o[s.store] = o[s.store], o[s.i]
+				s.store++
+			}
+			s.i++
+		}
+		if s.i < s.hi-1 {
+			break
+		}
+		s.active = false
+		o[s.store], o[s.hi-1] = o[s.hi-1], o[s.store]
+		switch {
+		case s.k == s.store:
+			s.found = o[s.k]
+		case s.k < s.store:
+			s.hi = s.store
+		default:
+			s.lo = s.store + 1
+		}
+	}
+	return budget
+}
+
+// pivotAt picks a pivot in [0, hi−lo) from the round and the range, by a
+// mix of their bits: no order of the clients makes every round a bad one.
+func pivotAt(round uint64, lo, hi int) int {
+	x := round*0x9e3779b97f4a7c15 ^ uint64(lo)<<32 ^ uint64(hi)
+	x ^= x >> 31
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 29
+	return int(x % uint64(hi-lo))
+}
+
+// fillOrder is 0 … n−1, in o when it has room.
+func fillOrder(o []int, n int) []int {
+	if cap(o) < n {
+		o = make([]int, n)
+	}
+	o = o[:n]
+	for i := range o {
+		o[i] = i
+	}
+	return o
+}
+
+// copyShares sets dst's share parameters (what a plan computes over its
+// clients) to src's.
+func copyShares(dst, src *plan) {
+	dst.capacity, dst.n, dst.params, dst.scale, dst.spread = src.capacity, src.n, src.params, src.scale, src.spread
+	dst.thrFrac, dst.thrSince, dst.thrHash = src.thrFrac, src.thrSince, src.thrHash
+}
+
+// computePlan fills next's parameters from the clients in s, at once (see
+// planMath). capacity is what the shares split; left is what remains of
+// the window's budget (the whole capacity for a new window).
+func computePlan(next *plan, s *planScratch, pol compactPolicy, capacity, left int64) {
+	var m planMath
+	m.start(next, s, pol, capacity, left)
+	m.step(math.MaxInt)
+	copyShares(next, &m.next)
 }
 
 // planInPlaceMax is the largest table (clients counted and waiting) a
@@ -768,89 +1152,11 @@ const maxSpread = 1 << 62
 // the sum never exceeds the capacity, so a round limit only leaves some
 // units unshared, never too many.
 func spreadCaps(capacity float64, caps, mosts []float64) float64 {
-	k := 1.0
-	for round := 0; round < 64; round++ {
-		var fixed, free float64
-		for i, c := range caps {
-			if m := mosts[i]; k*c >= m {
-				fixed += m
-			} else {
-				free += c
-			}
-		}
-		if free <= 0 || fixed+k*free >= capacity*(1-1e-12) {
-			break
-		}
-		next := (capacity - fixed) / free
-		if next <= k {
-			break
-		}
-		k = math.Min(next, maxSpread)
+	r := spreadRounds{capacity: capacity, k: 1}
+	for !r.done {
+		r.step(math.MaxInt, caps, mosts)
 	}
-	return k
-}
-
-// selectNth returns the index of the k-th (0-based) client in the
-// rounding order (see before): the threshold of largest remainder. Quickselect, O(n) expected; it falls back to sorting the
-// range left when partitions go badly.
-func (s *planScratch) selectNth(k int) int {
-	n := len(s.fracs)
-	s.order = s.order[:0]
-	for i := 0; i < n; i++ {
-		s.order = append(s.order, i)
-	}
-	o := s.order
-	before := func(a, b int) bool {
-		return before(s.fracs[a], s.since[a], s.hashes[a], s.fracs[b], s.since[b], s.hashes[b])
-	}
-	lo, hi := 0, n-1
-	budget := 2 * (bitsLen(n) + 1)
-	for lo < hi {
-		if budget == 0 {
-			sub := o[lo : hi+1]
-			sort.Slice(sub, func(i, j int) bool { return before(sub[i], sub[j]) })
-			return o[k]
-		}
-		budget--
-		// median of three as the pivot
-		mid := lo + (hi-lo)/2
-		if before(o[mid], o[lo]) {
-			o[mid], o[lo] = o[lo], o[mid]
-		}
-		if before(o[hi], o[lo]) {
-			o[hi], o[lo] = o[lo], o[hi]
-		}
-		if before(o[hi], o[mid]) {
-			o[hi], o[mid] = o[mid], o[hi]
-		}
-		pivot := o[mid]
-		o[mid], o[hi] = o[hi], o[mid]
-		store := lo
-		for i := lo; i < hi; i++ {
-			if before(o[i], pivot) {
-				o[i], o[store] = o[store], o[i]
-				store++
-			}
-		}
-		o[store], o[hi] = o[hi], o[store]
-		switch {
-		case k == store:
-			return o[k]
-		case k < store:
-			hi = store - 1
-		default:
-			lo = store + 1
-		}
-	}
-	return o[k]
-}
-
-func bitsLen(n int) int {
-	b := 0
-	for ; n > 0; n >>= 1 {
-		b++
-	}
-	return b
+	return r.k
 }
 
 func resizeFloats(f []float64, n int) []float64 {
@@ -916,18 +1222,11 @@ func (p Seed) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 // derive one client's share without reading the others (see Shares above).
 func (p Seed) params(capacity int64, demands, weights, mosts []float64) policyParams {
 	def := float64(capacity) / totalWeight(weights, len(demands))
-	floor := def * clamp01(p.Reservation)
-	var deficit, surplus float64
+	sums := seedSums{def: def, floor: def * clamp01(p.Reservation)}
 	for i, d := range demands {
-		w := weightAt(weights, i)
-		g := w * (def - kept(sanitize(d)/w, floor, mostAt(mosts, i)/w))
-		if g < 0 {
-			deficit -= g
-		} else {
-			surplus += g
-		}
+		sums.add(d, weightAt(weights, i), mostAt(mosts, i))
 	}
-	return policyParams{def, floor, deficit, surplus, math.Max(0, surplus-deficit)}
+	return sums.params()
 }
 
 // capOf is one client's real-valued cap: D plus a loan in proportion to its
@@ -1250,23 +1549,11 @@ func validatePerClient[T any](field string, m map[string]T, bad func(T) string) 
 // weightedLevel is the water level L per weight unit with
 // Σ wᵢ·min(dᵢ/wᵢ, L) = capacity, or capacity when everything fits.
 func weightedLevel(capacity float64, demands, weights []float64) float64 {
-	n := len(demands)
-	order := scratchInts(n)
-	unit := func(i int) float64 { return sanitize(demands[i]) / weightAt(weights, i) }
-	sort.Slice(order, func(a, b int) bool { return unit(order[a]) < unit(order[b]) })
-	left, wLeft := capacity, totalWeight(weights, n)
-	for _, i := range order {
-		fair := left / wLeft
-		if unit(i) >= fair {
-			return fair
-		}
-		left -= unit(i) * weightAt(weights, i)
-		wLeft -= weightAt(weights, i)
-		if wLeft <= 0 {
-			break
-		}
-	}
-	return capacity
+	var ls levelSearch
+	var order []int // (per call: tools and tests call it concurrently)
+	ls.start(capacity, demands, weights, &order)
+	ls.step(math.MaxInt)
+	return ls.result()
 }
 
 // Fair is the work-conserving policy. Every counted client may

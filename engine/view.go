@@ -360,12 +360,17 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		capacity, left := r.budgetLeft(&next, v, bcorrupt, reset)
 		switch {
 		case who == callerTick && cur.provisional && step == stepReplan:
-			// The slices read replace cur (slice), once they cover the table.
-			if r.sliced.roll != cur.roll || r.sliced.buckets != cur.buckets || r.sliced.bucket < r.nb {
+			// The plan read and computed in slices replaces cur (slice).
+			sl := &r.sliced
+			if sl.roll != cur.roll || sl.buckets != cur.buckets || !sl.computing || sl.math.phase != phaseDone {
 				return nil, nil
 			}
-			found, completes = r.sliced.found, true
-			computePlan(&next, &r.scratch, r.pol, capacity, left)
+			if sl.math.capacity != capacity {
+				sl.computing = false // the capacity changed meanwhile: computed again
+				return nil, nil
+			}
+			found, completes = sl.found, true
+			copyShares(&next, &sl.math.next)
 			taken = step
 			return &next, nil
 		case !corrupt && r.newest(&cur) == nil && next.buckets == cur.buckets && provisional(&next, &cur, capacity):
@@ -572,17 +577,23 @@ func (r *view) scanBuckets(cur, next *plan, checkFuture bool, from int, most int
 // planSlices is a plan over a large table that this worker reads a slice
 // at a time.
 type planSlices struct {
-	roll    uint64 // the roll of the window it plans (0: none under way)
-	buckets uint32 // the table it reads
-	next    plan   // what decides who it counts: the plan it will publish
-	bucket  int    // the next bucket to read
-	found   scanned
+	roll      uint64 // the roll of the window it plans (0: none under way)
+	buckets   uint32 // the table it reads
+	next      plan   // what decides who it counts: the plan it will publish
+	bucket    int    // the next bucket to read
+	found     scanned
+	computing bool     // the table is read: math computes the plan, a step a slice
+	math      planMath // (its capacity: the budget's when it started)
 }
 
 // sliceEntries is the fewest entries a slice reads; it reads more when
 // that would not read the table in half a window at one slice every
 // PlanTick. A slice of 512 entries is about half a millisecond in Wasm.
 const sliceEntries = 512
+
+// mathPerEntry is how many of a plan's arithmetic steps (planMath) a
+// slice does for each entry it would read.
+const mathPerEntry = 8
 
 // PlanTick is how often a host should tick a limiter that reads a plan a
 // slice at a time (Limiter.PlanAt).
@@ -619,9 +630,24 @@ func (r *view) slice(real int64) bool {
 	// window's.)
 	s.next.id = p.id + 1
 	most := max(sliceEntries, int(int64(p.n)*int64(PlanTick)*2/int64(r.cfg.Cycle)))
-	end, err := r.scanBuckets(p, &s.next, true, s.bucket, most, &s.found)
-	s.bucket = end
-	if err != nil || end < r.nb {
+	if s.bucket < r.nb {
+		// (On a store failure, read again from where it failed, at the
+		// next slice; the table read is computed from the slice after it.)
+		s.bucket, _ = r.scanBuckets(p, &s.next, true, s.bucket, most, &s.found)
+		return true
+	}
+	if !s.computing {
+		v, _, corrupt, err := r.readBudget()
+		if err != nil {
+			return true
+		}
+		capacity, left := r.budgetLeft(&s.next, v, corrupt, false)
+		s.math.start(&s.next, &r.scratch, r.pol, capacity, left)
+		s.computing = true
+	}
+	// (Arithmetic on what the scan recorded: a step is cheaper than
+	// reading an entry.)
+	if !s.math.step(mathPerEntry * most) {
 		return true
 	}
 	if _, err := r.replan(real, callerTick, 0); err != nil {
