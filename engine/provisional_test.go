@@ -8,16 +8,18 @@ import (
 
 // largeTable is a limit with more clients than a request plans over, and
 // a history: the first tenth of them asked for four units in the first
-// window, the rest for one.
-func largeTable(t *testing.T) (*Limiter, *countingStore, Config) {
+// window, the rest for one. inPlace is the largest table planned in place.
+func largeTable(t *testing.T, inPlace int) (*Limiter, *countingStore, *rollovers, Config) {
 	t.Helper()
 	cfg := Defaults(100_000, time.Second)
 	cfg.MaxClients = 4 * planInPlaceMax
 	store := &countingStore{Store: NewMemStore()}
-	l, err := New(cfg, store)
+	obs := &rollovers{}
+	l, err := New(cfg, store, WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.view.inPlaceMax = inPlace
 	n := 2 * planInPlaceMax
 	if err := l.RegisterAt(t0, clientIDs(n)...); err != nil {
 		t.Fatal(err)
@@ -33,15 +35,15 @@ func largeTable(t *testing.T) (*Limiter, *countingStore, Config) {
 			}
 		}
 	}
-	return l, store, cfg
+	return l, store, obs, cfg
 }
 
 // A request that crosses into a new window over a large table publishes a
-// provisional plan without reading the table; ticks then read the table a
-// slice at a time, and replace it with the plan a tick would have made in
-// place.
+// provisional plan without reading the table; ticks then read the table
+// and compute the plan a slice at a time, and replace it with the plan,
+// and the judgment of the window closed, that planning in place gives.
 func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
-	l, store, cfg := largeTable(t)
+	l, store, obs, cfg := largeTable(t, planInPlaceMax)
 	next := t0.Add(cfg.Cycle)
 	before := l.view.plan
 	store.ops.Store(0)
@@ -56,15 +58,12 @@ func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
 		t.Fatalf("plan after the request: %+v, want a provisional plan with the parameters of %+v", p, before)
 	}
 
-	ref, _, _ := largeTable(t)
-	ref.TickAt(next) // a tick plans the new window in place
-	for i := 0; ref.view.plan.provisional; i++ {
-		if i > 100 {
-			t.Fatal("the reference plan is still provisional after 100 slices")
-		}
-		ref.PlanAt(next.Add(time.Duration(i+1) * PlanTick))
-	}
+	ref, _, refObs, _ := largeTable(t, 1<<30)
+	ref.AdmitAt(next, "client-7") // planned in place
 	want := ref.view.plan
+	if want.provisional {
+		t.Fatal("the reference made a provisional plan")
+	}
 
 	slices := 0
 	for at := next.Add(PlanTick); l.view.plan.provisional; at = at.Add(PlanTick) {
@@ -94,5 +93,10 @@ func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
 	}
 	if got.params == before.params {
 		t.Error("the demand of the first window changed no parameter: the test shows nothing")
+	}
+	last := obs.events[len(obs.events)-1]
+	ref1 := refObs.events[len(refObs.events)-1]
+	if !last.Completes || !last.Closed.Judged || last.Closed != ref1.Closed {
+		t.Errorf("the plan read in slices judged the closed window %+v (completes %v), planning in place %+v", last.Closed, last.Completes, ref1.Closed)
 	}
 }

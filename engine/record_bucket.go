@@ -15,9 +15,9 @@ import (
 
 // bucketVersion and the sizes of the bucket encoding.
 const (
-	bucketVersion = 3
+	bucketVersion = 4
 	bucketHead    = 1 + 1 + 1
-	entryLen      = 8 * 11
+	entryLen      = 8 * 13
 	bucketSlots   = 48 // entries per bucket key
 )
 
@@ -40,6 +40,11 @@ type entry struct {
 	// registered, and prev holds the units it asked for); 2 or more a
 	// newcomer that asked again while it waited (proven).
 	tries int64
+	// lastDemand and lastGranted are demand and granted of the window
+	// before window, kept when a rebase moved the counters on: the plan
+	// of a large table is read after its window opened (see provisional),
+	// and judges the window it closed from them.
+	lastDemand, lastGranted int64
 }
 
 // maxTries bounds an entry's recorded attempts (they stop counting there).
@@ -73,6 +78,8 @@ func appendBucket(dst []byte, b *bucketVal) []byte {
 		dst = le.AppendUint64(dst, math.Float64bits(e.prev))
 		dst = le.AppendUint64(dst, uint64(e.active))
 		dst = le.AppendUint64(dst, uint64(e.tries))
+		dst = le.AppendUint64(dst, uint64(e.lastDemand))
+		dst = le.AppendUint64(dst, uint64(e.lastGranted))
 	}
 	return seal(dst)
 }
@@ -159,11 +166,15 @@ func decodeEntry(p []byte) (entry, error) {
 		prev:    math.Float64frombits(le.Uint64(p[64:])),
 		active:  int64(le.Uint64(p[72:])),
 		tries:   int64(le.Uint64(p[80:])),
+
+		lastDemand:  int64(le.Uint64(p[88:])),
+		lastGranted: int64(le.Uint64(p[96:])),
 	}
 	if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
 		e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
 		e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
-		e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries {
+		e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries ||
+		e.lastDemand < 0 || e.lastGranted < 0 || e.lastGranted > MaxCapacity {
 		return entry{}, fmt.Errorf("%w: impossible entry", errCorrupt)
 	}
 	return e, nil

@@ -529,6 +529,10 @@ func allowance(p *plan, full, granted int64) int64 {
 func rebase(e *entry, p *plan, pol compactPolicy, cfg *Config) {
 	if e.window != p.window {
 		e.prev = demandOf(e, p, cfg)
+		e.lastDemand, e.lastGranted = 0, 0
+		if e.window == p.window-1 {
+			e.lastDemand, e.lastGranted = e.demand, e.granted
+		}
 		e.window, e.granted, e.demand = p.window, 0, 0
 	}
 	e.share = e.granted + allowance(p, fullShare(pol, p, e, cfg), e.granted)
@@ -572,8 +576,11 @@ type closedScratch struct {
 // add records e, counted in cur, the plan of the window being closed.
 func (c *closedScratch) add(e *entry, cur *plan, cfg *Config) {
 	var d, g float64
-	if e.window == cur.window {
+	switch e.window {
+	case cur.window:
 		d, g = float64(e.demand), float64(e.granted)
+	case cur.window + 1: // moved on since (a plan read in slices, after its window opened)
+		d, g = float64(e.lastDemand), float64(e.lastGranted)
 	}
 	c.demands = append(c.demands, math.Min(d, cfg.mostOf(e.hash))) // a cap bounds what a client may ask
 	c.weights = append(c.weights, cfg.weightOf(e.hash))
@@ -1122,8 +1129,10 @@ const planInPlaceMax = 1024
 //
 // cur's parameters stand only for a plan of the same capacity: a capacity
 // that changed (a new config, a fleet lease) is planned in place.
-func provisional(next, cur *plan, capacity int64) bool {
-	if cur.id == 0 || int(cur.n)+int(cur.pending) <= planInPlaceMax || cur.capacity != capacity {
+//
+// inPlaceMax is planInPlaceMax (a test sets another).
+func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
+	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity {
 		return false
 	}
 	next.provisional = true

@@ -51,9 +51,10 @@ type view struct {
 	// marksFrom is the plan id from which the marks made since hold: the
 	// view's, or an earlier one when the plans since changed no bucket's
 	// newcomer places (marksCarry).
-	marksFrom uint64
-	scratch   planScratch
-	sliced    planSlices // a plan over a large table this worker reads a slice at a time
+	marksFrom  uint64
+	scratch    planScratch
+	sliced     planSlices // a plan over a large table this worker reads a slice at a time
+	inPlaceMax int        // planInPlaceMax (a test sets another)
 }
 
 // stuckClock: the clock has read before the view's window (of roll roll)
@@ -101,20 +102,21 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 		nb <<= 1
 	}
 	return &view{
-		cfg:       cfg,
-		pol:       cfg.policy(),
-		store:     store,
-		obs:       obs,
-		planKey:   recordKey(cfg, "p"),
-		budgetKey: recordKey(cfg, "w"),
-		paceKey:   recordKey(cfg, "pace"),
-		prefix:    tablePrefix(cfg, nb),
-		nb:        nb,
-		own:       nb,
-		keys:      make([]string, nb),
-		clients:   make(map[uint64]*clientState),
-		waiting:   make(map[uint64]waitMark),
-		refused:   make(map[uint64]refusal),
+		cfg:        cfg,
+		pol:        cfg.policy(),
+		store:      store,
+		obs:        obs,
+		planKey:    recordKey(cfg, "p"),
+		budgetKey:  recordKey(cfg, "w"),
+		paceKey:    recordKey(cfg, "pace"),
+		prefix:     tablePrefix(cfg, nb),
+		nb:         nb,
+		own:        nb,
+		keys:       make([]string, nb),
+		clients:    make(map[uint64]*clientState),
+		waiting:    make(map[uint64]waitMark),
+		refused:    make(map[uint64]refusal),
+		inPlaceMax: planInPlaceMax,
 	}
 }
 
@@ -371,9 +373,12 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			}
 			found, completes = sl.found, true
 			copyShares(&next, &sl.math.next)
+			if sl.judges {
+				closed = judgeWindow(sl.closed.capacity, &r.scratch.closed)
+			}
 			taken = step
 			return &next, nil
-		case !corrupt && r.newest(&cur) == nil && next.buckets == cur.buckets && provisional(&next, &cur, capacity):
+		case !corrupt && r.newest(&cur) == nil && next.buckets == cur.buckets && provisional(&next, &cur, capacity, r.inPlaceMax):
 			taken = step
 			return &next, nil
 		}
@@ -399,7 +404,11 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		return stepStay, err
 	}
 	if next.provisional && (r.sliced.roll != next.roll || r.sliced.buckets != next.buckets) {
-		r.startSlices(&next, next.at)
+		var closing *plan // the window the roll closed, judged by the slices
+		if !next.replan {
+			closing = &cur
+		}
+		r.startSlices(&next, next.at, closing)
 	}
 	r.resetCorrupt(found.corrupt, bcas, bcorrupt, reset)
 	if taken == stepJump {
@@ -514,18 +523,19 @@ func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
 	r.scratch.reset()
 	r.sliced = planSlices{} // (the slices read so far are in the scratch reset)
 	var out scanned
-	_, err := r.scanBuckets(cur, next, checkFuture, 0, math.MaxInt, &out)
+	// A roll into a new window closes cur's: its clients are judged too
+	// (not after an unreadable plan, when cur is made up and checkFuture
+	// off).
+	closing := checkFuture && cur.id != 0 && next.window > cur.window && !next.replan
+	_, err := r.scanBuckets(cur, next, checkFuture, closing, 0, math.MaxInt, &out)
 	return out, err
 }
 
 // scanBuckets reads buckets from the from-th on into r.scratch and out
 // (see scan), until it has read every bucket, or at least most entries,
 // and returns the bucket it stopped before.
-func (r *view) scanBuckets(cur, next *plan, checkFuture bool, from int, most int, out *scanned) (int, error) {
-	// A roll into a new window closes cur's: its clients are judged too
-	// (not after an unreadable plan, when cur is made up and checkFuture
-	// off).
-	closing := checkFuture && cur.id != 0 && next.window > cur.window && !next.replan
+// With closing, the clients counted in cur are judged for its window.
+func (r *view) scanBuckets(cur, next *plan, checkFuture, closing bool, from int, most int, out *scanned) (int, error) {
 	read := 0
 	for b := from; b < r.nb; b++ {
 		if read >= most {
@@ -584,6 +594,8 @@ type planSlices struct {
 	found     scanned
 	computing bool     // the table is read: math computes the plan, a step a slice
 	math      planMath // (its capacity: the budget's when it started)
+	judges    bool     // the slices judge the window the roll closed: closed's
+	closed    plan
 }
 
 // sliceEntries is the fewest entries a slice reads; it reads more when
@@ -600,11 +612,16 @@ const mathPerEntry = 8
 const PlanTick = 5 * time.Millisecond
 
 // startSlices starts reading the table for the plan that replaces the
-// provisional plan p, at t (shifted).
-func (r *view) startSlices(p *plan, t int64) {
+// provisional plan p, at t (shifted). closing is the plan of the window
+// p's roll closed, when this worker knows it: the slices judge that window
+// (nil: it goes unjudged, as when another worker's roll is taken over).
+func (r *view) startSlices(p *plan, t int64, closing *plan) {
 	r.scratch.reset()
 	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
 		replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
+	if closing != nil && closing.id != 0 && closing.window < p.window {
+		r.sliced.closed, r.sliced.judges = *closing, true
+	}
 }
 
 // slice reads the next slice of the table under a provisional plan, and
@@ -623,7 +640,7 @@ func (r *view) slice(real int64) bool {
 		if t < p.at+int64(r.cfg.Cycle)/2 {
 			return false
 		}
-		r.startSlices(p, t)
+		r.startSlices(p, t, nil)
 	}
 	// (A provisional re-plan since the start, for newcomers: the plan this
 	// one publishes follows it. What the slices read is still the
@@ -633,7 +650,11 @@ func (r *view) slice(real int64) bool {
 	if s.bucket < r.nb {
 		// (On a store failure, read again from where it failed, at the
 		// next slice; the table read is computed from the slice after it.)
-		s.bucket, _ = r.scanBuckets(p, &s.next, true, s.bucket, most, &s.found)
+		cur := p
+		if s.judges {
+			cur = &s.closed
+		}
+		s.bucket, _ = r.scanBuckets(cur, &s.next, true, s.judges, s.bucket, most, &s.found)
 		return true
 	}
 	if !s.computing {

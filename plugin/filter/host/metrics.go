@@ -197,8 +197,7 @@ type observer struct {
 func (o *observer) Rollover(ev engine.RolloverEvent) {
 	switch {
 	case ev.Completes:
-		proxywasm.LogDebugf("borrowcycle: plan %d read over the table replaces a provisional one: %d clients", ev.Plan, ev.Clients)
-		return
+		// (The rollover was counted when its provisional plan was published.)
 	case ev.Early:
 		o.m.rolloverEarly.pending++
 	default:
@@ -207,8 +206,8 @@ func (o *observer) Rollover(ev engine.RolloverEvent) {
 	if ev.Closed.Judged {
 		o.m.judged(ev.Closed)
 	}
-	proxywasm.LogDebugf("borrowcycle: plan %d published (re-plan=%t): %d clients, %d registered, %d forgotten",
-		ev.Plan, ev.Early, ev.Clients, ev.Registered, ev.Forgotten)
+	proxywasm.LogDebugf("borrowcycle: plan %d published (re-plan=%t, provisional=%t, read in slices=%t): %d clients, %d registered, %d forgotten",
+		ev.Plan, ev.Early, ev.Provisional, ev.Completes, ev.Clients, ev.Registered, ev.Forgotten)
 }
 
 // CASRetry implements engine.Observer.
