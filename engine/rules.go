@@ -1127,12 +1127,14 @@ const planInPlaceMax = 1024
 // sum to the capacity meanwhile; the window's budget bounds what it
 // admits, as under any plan.
 //
-// cur's parameters stand only for a plan of the same capacity: a capacity
-// that changed (a new config, a fleet lease) is planned in place.
+// cur's parameters stand only for a plan of the same capacity, and about
+// the same clients: a capacity that changed (a new config, a fleet
+// lease), or proven newcomers more than an eighth of those counted (cur's
+// default share would be theirs), is planned in place.
 //
 // inPlaceMax is planInPlaceMax (a test sets another).
 func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
-	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity {
+	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity || cur.pending > cur.n/8 {
 		return false
 	}
 	next.provisional = true

@@ -461,3 +461,43 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// While a worker reads a plan over a large table a slice at a time, it
+// ticks every engine.PlanTick, and at the filter's own period again once
+// the plan is read.
+func TestTicksComeFastWhileAPlanIsReadInSlices(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 1000000, "cycle": "10s", "min_cycle": "100ms", "max_clients": 4096, "name": "slices"}`)
+		normal := h.GetTickPeriod()
+		ids := make([]string, 1100) // more than a request plans over
+		for i := range ids {
+			ids[i] = "client-" + strconv.Itoa(i)
+		}
+		for round := 0; round < 2; round++ { // a newcomer's second request proves it
+			for _, id := range ids {
+				h.from(id)
+			}
+			h.advance(200 * time.Millisecond)
+			h.Tick()
+		}
+		if n := h.admittedOf(ids[0], 1); n != 1 {
+			t.Fatalf("%s not counted after two rounds", ids[0])
+		}
+		h.advance(10 * time.Second) // the next window: a request rolls it, provisionally
+		h.from(ids[1])
+		h.Tick()
+		if got := h.GetTickPeriod(); got != uint32(engine.PlanTick.Milliseconds()) {
+			t.Fatalf("tick period while a plan is read in slices: %d ms, want %d", got, engine.PlanTick.Milliseconds())
+		}
+		for i := 0; h.GetTickPeriod() != normal; i++ {
+			if i > 200 {
+				t.Fatalf("the plan is still read after %d fast ticks", i)
+			}
+			h.advance(engine.PlanTick)
+			h.Tick()
+		}
+		if n := h.admittedOf(ids[2], 1); n != 1 {
+			t.Errorf("a counted client refused under the plan read in slices")
+		}
+	})
+}
