@@ -269,6 +269,10 @@ type advSim struct {
 	okTimes   []time.Time     // true times of ok admissions, in order
 }
 
+// advPlanInPlace, when not negative, is the largest table the workers
+// advSim makes plan over in place (TestAdversaryWithPlansInSlices).
+var advPlanInPlace = -1
+
 func newAdvSim(tb testing.TB, start time.Time, tickEvery time.Duration, ledgers ...*advLedger) *advSim {
 	return &advSim{tb: tb, tickEvery: tickEvery, ledgers: ledgers, tally: advTally{}, now: start}
 }
@@ -284,6 +288,9 @@ func (s *advSim) add(cfg engine.Config, store engine.Store, n int, skew func(i i
 			// Errorf, not Fatalf: add may run on a helper goroutine.
 			s.tb.Errorf("engine.New: %v", err)
 			return nil
+		}
+		if advPlanInPlace >= 0 {
+			engine.SetPlanInPlace(l, advPlanInPlace)
 		}
 		w := &advWorker{l: l}
 		if skew != nil {

@@ -467,6 +467,18 @@ func TestAdversaryContention(t *testing.T) {
 	}
 }
 
+// The classes again, with every plan but the first read in slices on
+// ticks after a provisional one (as over a large table): lagging and
+// stepping clocks, bit flips and reloads while plans are provisional.
+func TestAdversaryWithPlansInSlices(t *testing.T) {
+	advPlanInPlace = 0
+	defer func() { advPlanInPlace = -1 }()
+	t.Run("lag", TestAdversaryLaggingAndSkewedClocks)
+	t.Run("steps", TestAdversaryClockSteps)
+	t.Run("flips", TestAdversaryBitFlips)
+	t.Run("reloads", TestAdversaryReloads)
+}
+
 // advPlans counts the provisional plans published and the plans read in
 // slices that replaced one.
 type advPlans struct {
