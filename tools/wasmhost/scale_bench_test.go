@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/borrowcycle/borrowcycle/engine"
 )
 
 // BenchmarkScale runs the compiled plugin on scaleVMs VMs with 1k, 10k and
@@ -16,7 +18,9 @@ import (
 //	known     a request from a registered client, rotating over all of them
 //	newcomer  a request from an id never seen before (the table is full, so
 //	          it is refused as table_full, or pending)
-//	rollover  the plan of a new window, seen by every VM (one TickAll)
+//	rollover  the plan of a new window: a tick of every VM, then the ticks
+//	          of the VM that reads the plan in slices, every PlanTick,
+//	          until it is read; max-ms/callback is the longest tick
 //
 // known and newcomer time the same requests through the no-op module in the
 // same run and report plugin/noop; a rollover has no no-op counterpart, so
@@ -51,11 +55,40 @@ func BenchmarkScale(b *testing.B) {
 			})
 			b.Run("rollover", func(b *testing.B) {
 				before := h.Metric(scalePrefix + "rollovers.deadline")
+				normal := h.VM(0).TickPeriod()
+				var longest time.Duration
+				callbacks := 0
+				tick := func(i int) {
+					start := time.Now()
+					if err := h.Tick(i); err != nil {
+						b.Fatal(err)
+					}
+					longest = max(longest, time.Since(start))
+					callbacks++
+				}
 				b.ResetTimer()
 				for range b.N {
 					h.Clock().Advance(scaleCycle)
-					if err := h.TickAll(); err != nil {
-						b.Fatal(err)
+					for i := range scaleVMs {
+						tick(i)
+					}
+					// A VM that reads the plan in slices ticks every
+					// engine.PlanTick until it is read.
+					for rounds := 0; ; rounds++ {
+						planning := false
+						for i := range scaleVMs {
+							if h.VM(i).TickPeriod() != normal {
+								planning = true
+								tick(i)
+							}
+						}
+						if !planning {
+							break
+						}
+						if rounds > 100_000 {
+							b.Fatal("a plan still read in slices after 100,000 rounds")
+						}
+						h.Clock().Advance(engine.PlanTick)
 					}
 				}
 				b.StopTimer()
@@ -64,6 +97,8 @@ func BenchmarkScale(b *testing.B) {
 					b.Fatalf("%d ticks past a deadline made %d rollovers", b.N, got-before)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/rollover")
+				b.ReportMetric(float64(longest.Nanoseconds())/1e6, "max-ms/callback")
+				b.ReportMetric(float64(callbacks)/float64(b.N), "callbacks/rollover")
 			})
 		})
 	}
