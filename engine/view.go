@@ -605,7 +605,7 @@ const sliceEntries = 512
 
 // mathPerEntry is how many of a plan's arithmetic steps (planMath) a
 // slice does for each entry it would read.
-const mathPerEntry = 8
+const mathPerEntry = 32
 
 // PlanTick is how often a host should tick a limiter that reads a plan a
 // slice at a time (Limiter.PlanAt).
