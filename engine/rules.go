@@ -571,6 +571,7 @@ func (s *planScratch) truncate(n, c int) {
 // asked for and was granted in it, for judgeWindow.
 type closedScratch struct {
 	demands, weights, granted []float64
+	order                     []int // judging's level search
 }
 
 // add records e, counted in cur, the plan of the window being closed.
@@ -610,40 +611,95 @@ type WindowFairness struct {
 // judgeWindow judges a closed window of the given capacity from what its
 // counted clients asked for and were granted (see WindowFairness).
 func judgeWindow(capacity int64, c *closedScratch) WindowFairness {
-	n := len(c.demands)
-	if n == 0 {
-		return WindowFairness{}
+	var j judging
+	j.start(capacity, c)
+	j.step(math.MaxInt)
+	return j.out
+}
+
+// judging is judgeWindow a step at a time, like planMath: the clients'
+// total weight, what they lent and borrowed, the water level (a search),
+// then Jain's index. out holds the judgment once done.
+type judging struct {
+	c                     *closedScratch
+	capacity              float64
+	phase                 int // 0 … 3 as above, 4 done
+	i                     int
+	total, lent, borrowed float64
+	level                 levelSearch
+	fair                  float64 // the level found
+	sum, squares          float64
+	asked                 int
+	out                   WindowFairness
+}
+
+func (j *judging) start(capacity int64, c *closedScratch) {
+	*j = judging{c: c, capacity: float64(capacity)}
+	if len(c.demands) == 0 {
+		j.phase = 4
+		return
 	}
-	out := WindowFairness{Judged: true, Jain: 1}
-	total := totalWeight(c.weights, n)
-	var lent, borrowed float64
-	for i, g := range c.granted {
-		even := float64(capacity) * c.weights[i] / total
-		lent += math.Max(0, even-g)
-		borrowed += math.Max(0, g-even)
-		if g < c.demands[i] {
-			out.HeldBelow++
-		}
-	}
-	// (Rounded to the nearest unit: equal shares are fractions.)
-	out.Lent, out.Borrowed = int64(math.Round(lent)), int64(math.Round(borrowed))
-	level := weightedLevel(float64(capacity), c.demands, c.weights)
-	var sum, squares float64
-	asked := 0
-	for i, d := range c.demands {
-		fair := c.weights[i] * math.Min(sanitize(d)/c.weights[i], level)
-		if d <= 0 || fair <= 0 {
+	j.out = WindowFairness{Judged: true, Jain: 1}
+}
+
+func (j *judging) done() bool { return j.phase == 4 }
+
+// step does at most budget client operations (at least one) and reports
+// whether the judgment is done.
+func (j *judging) step(budget int) bool {
+	c, n := j.c, len(j.c.demands)
+	budget = max(budget, 1)
+	for budget > 0 && !j.done() {
+		if j.phase == 2 {
+			if budget = j.level.step(budget); j.level.done() {
+				j.fair, j.phase = j.level.result(), 3
+			}
 			continue
 		}
-		x := c.granted[i] / fair
-		sum, squares, asked = sum+x, squares+x*x, asked+1
+		end := j.i + min(budget, n-j.i)
+		for i := j.i; i < end; i++ {
+			switch g, w := c.granted[i], c.weights[i]; j.phase {
+			case 0:
+				j.total += w
+			case 1:
+				even := j.capacity * w / j.total
+				j.lent += math.Max(0, even-g)
+				j.borrowed += math.Max(0, g-even)
+				if g < c.demands[i] {
+					j.out.HeldBelow++
+				}
+			case 3:
+				d := c.demands[i]
+				fair := w * math.Min(sanitize(d)/w, j.fair)
+				if d <= 0 || fair <= 0 {
+					continue
+				}
+				x := g / fair
+				j.sum, j.squares, j.asked = j.sum+x, j.squares+x*x, j.asked+1
+			}
+		}
+		budget -= end - j.i
+		if j.i = end; end < n {
+			break
+		}
+		j.i = 0
+		switch j.phase {
+		case 0:
+			j.total = math.Max(j.total, 1e-9) // (as totalWeight)
+		case 1:
+			// (Rounded to the nearest unit: equal shares are fractions.)
+			j.out.Lent, j.out.Borrowed = int64(math.Round(j.lent)), int64(math.Round(j.borrowed))
+			j.level.start(j.capacity, c.demands, c.weights, &c.order)
+		case 3:
+			if j.asked > 0 && j.squares > 0 {
+				j.out.Jain = j.sum * j.sum / (float64(j.asked) * j.squares)
+			} else if j.asked > 0 {
+				j.out.Jain = 0 // every client that asked was granted nothing
+			}
+		}
+		j.phase++
 	}
-	if asked > 0 && squares > 0 {
-		out.Jain = sum * sum / (float64(asked) * squares)
-	} else if asked > 0 {
-		out.Jain = 0 // every client that asked was granted nothing
-	}
-	return out
+	return j.done()
 }
 
 // add records one client counted in the plan being computed.

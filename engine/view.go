@@ -374,7 +374,10 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			found, completes = sl.found, true
 			copyShares(&next, &sl.math.next)
 			if sl.judges {
-				closed = judgeWindow(sl.closed.capacity, &r.scratch.closed)
+				if !sl.judging.done() {
+					return nil, nil
+				}
+				closed = sl.judging.out
 			}
 			taken = step
 			return &next, nil
@@ -596,6 +599,7 @@ type planSlices struct {
 	math      planMath // (its capacity: the budget's when it started)
 	judges    bool     // the slices judge the window the roll closed: closed's
 	closed    plan
+	judging   judging // once the plan is computed, with judges
 }
 
 // sliceEntries is the fewest entries a slice reads; it reads more when
@@ -670,6 +674,14 @@ func (r *view) slice(real int64) bool {
 	// reading an entry.)
 	if !s.math.step(mathPerEntry * most) {
 		return true
+	}
+	if s.judges {
+		if s.judging.c == nil {
+			s.judging.start(s.closed.capacity, &r.scratch.closed)
+		}
+		if !s.judging.step(mathPerEntry * most) {
+			return true
+		}
 	}
 	if _, err := r.replan(real, callerTick, 0); err != nil {
 		return true // (the slices stay read: publishing is tried again at the next tick)
