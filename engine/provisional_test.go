@@ -80,7 +80,7 @@ func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
 			t.Fatal("still provisional after 100 slices")
 		}
 	}
-	if min := int(before.n) / (2 * sliceEntries); slices < min {
+	if min := int(before.n) / (2 * sliceWork); slices < min {
 		t.Errorf("the table was read in %d slices, want at least %d", slices, min)
 	}
 	got := l.view.plan
@@ -98,5 +98,290 @@ func TestLargeTableRollsProvisionallyOnRequest(t *testing.T) {
 	ref1 := refObs.events[len(refObs.events)-1]
 	if !last.Completes || !last.Closed.Judged || last.Closed != ref1.Closed {
 		t.Errorf("the plan read in slices judged the closed window %+v (completes %v), planning in place %+v", last.Closed, last.Completes, ref1.Closed)
+	}
+}
+
+// interposedStore runs before (once it is set) ahead of each Get: another
+// worker's callback between two store operations of this one, as Envoy's
+// worker threads interleave.
+type interposedStore struct {
+	Store
+	before func(key string)
+}
+
+func (s *interposedStore) Get(key string) ([]byte, uint32, error) {
+	if f := s.before; f != nil {
+		f(key)
+	}
+	return s.Store.Get(key)
+}
+
+// twoWorkers is largeTable's history (inPlace planInPlaceMax) on two
+// workers sharing one store; a's reads go through interposed.
+func twoWorkers(t *testing.T) (a, b *Limiter, interposed *interposedStore, mem Store, cfg Config) {
+	t.Helper()
+	cfg = Defaults(100_000, time.Second)
+	cfg.MaxClients = 4 * planInPlaceMax
+	mem = NewMemStore()
+	interposed = &interposedStore{Store: mem}
+	var err error
+	if a, err = New(cfg, interposed); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = New(cfg, mem); err != nil {
+		t.Fatal(err)
+	}
+	n := 2 * planInPlaceMax
+	if err := a.RegisterAt(t0, clientIDs(n)...); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if !a.AdmitAt(t0.Add(time.Millisecond), "client-"+strconv.Itoa(i)).Allowed {
+			t.Fatalf("client-%d refused", i)
+		}
+	}
+	a.TickAt(t0.Add(2 * time.Millisecond))
+	return a, b, interposed, mem, cfg
+}
+
+// entriesIn is how many clients the bucket at key holds.
+func entriesIn(t *testing.T, s Store, key string) int {
+	t.Helper()
+	raw, _, err := s.Get(key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	var v bucketVal
+	if err := decodeBucket(raw, &v); err != nil {
+		t.Fatalf("bucket %s unreadable: %v", key, err)
+	}
+	return len(v.entries)
+}
+
+// A slice reads the plan, then buckets, without a CAS between them: a
+// re-plan another worker publishes meanwhile can count a newcomer in a
+// bucket the slice then reads, under a plan id above the one the slice
+// read. That entry is not corrupt: the slice reads the plan again, and
+// the bucket after it, and every valid client stays in the table.
+func TestASliceReadsThePlanAgainForAnEntryOfALaterOne(t *testing.T) {
+	a, b, interposed, mem, cfg := twoWorkers(t)
+	next := t0.Add(cfg.Cycle)
+	if !a.AdmitAt(next, "client-7").Allowed || !a.view.plan.provisional || !a.Planning() {
+		t.Fatalf("a did not roll provisionally: %+v", a.view.plan)
+	}
+	b.AdmitAt(next.Add(time.Millisecond), "client-8") // b takes the provisional plan
+	const x = 10                                      // a bucket the first slice reads
+	key := a.view.key(x)
+	before := entriesIn(t, mem, key)
+	at := next.Add(150 * time.Millisecond) // past min_cycle: a re-plan may follow
+	var newcomer string
+	interposed.before = func(k string) {
+		if k != key {
+			return
+		}
+		interposed.before = nil
+		// b, between a's read of the plan and of bucket x: a newcomer at
+		// home in x is counted at once by b's provisional re-plan.
+		for i := 0; newcomer == ""; i++ {
+			if id := "new-" + strconv.Itoa(i); b.view.home(clientHash(id)) == x {
+				newcomer = id
+			}
+		}
+		b.AdmitAt(at, newcomer)
+	}
+	for i := 0; a.view.plan.provisional; i++ {
+		if i > 400 {
+			t.Fatal("still provisional after 400 slices")
+		}
+		a.PlanAt(at.Add(time.Duration(i) * PlanTick))
+	}
+	if newcomer == "" {
+		t.Fatal("no slice read bucket x: the test shows nothing")
+	}
+	if after := entriesIn(t, mem, key); after < before {
+		t.Errorf("bucket %d held %d clients and a newcomer; after the plan read in slices, %d: reset as corrupt", x, before, after)
+	}
+}
+
+// One worker reads the table for a provisional plan: another that
+// publishes a provisional re-plan of the same window (a newcomer) leaves
+// the read to it, and one that ticks takes it over only once the plan is
+// late by three quarters of a window.
+func TestOneWorkerReadsTheTable(t *testing.T) {
+	t.Run("re-plan", func(t *testing.T) {
+		a, b, _, _, cfg := twoWorkers(t)
+		next := t0.Add(cfg.Cycle)
+		a.AdmitAt(next, "client-7")
+		a.PlanAt(next.Add(PlanTick))
+		b.AdmitAt(next.Add(150*time.Millisecond), "someone-new")
+		if !b.view.plan.provisional || !b.view.plan.replan {
+			t.Fatalf("b's plan: %+v, want a provisional re-plan", b.view.plan)
+		}
+		if !a.Planning() || b.Planning() {
+			t.Errorf("a reads: %v, b reads: %v; want a alone", a.Planning(), b.Planning())
+		}
+	})
+	t.Run("takeover", func(t *testing.T) {
+		cfg := Defaults(1_000_000, time.Second)
+		cfg.MaxClients = MaxClientsCap
+		mem := NewMemStore()
+		a, _ := New(cfg, mem)
+		b, _ := New(cfg, mem)
+		ids := clientIDs(MaxClientsCap)
+		if err := a.RegisterAt(t0, ids...); err != nil {
+			t.Fatal(err)
+		}
+		a.AdmitAt(t0.Add(time.Millisecond), ids[0])
+		b.AdmitAt(t0.Add(time.Millisecond), ids[1])
+		start := t0.Add(cfg.Cycle)
+		a.AdmitAt(start, ids[2])
+		// a's ticks come late, every 10 ms; b ticks at its own period.
+		for d := 100 * time.Millisecond; a.view.plan.provisional && d < cfg.Cycle; d += 2 * PlanTick {
+			a.PlanAt(start.Add(d))
+			if d%(100*time.Millisecond) == 0 {
+				b.TickAt(start.Add(d))
+			}
+			if b.Planning() {
+				t.Fatalf("at +%v both workers read the table", d)
+			}
+		}
+		if a.view.plan.provisional {
+			t.Error("a never completed the plan")
+		}
+	})
+}
+
+// A plan read in slices ends the slices: a provisional re-plan that the
+// same worker publishes next is read afresh, its newcomers with it, and
+// the window closed by the roll is judged once.
+func TestANewProvisionalPlanIsReadAfresh(t *testing.T) {
+	l, _, obs, cfg := largeTable(t, planInPlaceMax)
+	next := t0.Add(cfg.Cycle)
+	l.AdmitAt(next, "client-7")
+	at := next
+	for i := 0; l.view.plan.provisional; i++ {
+		if i > 400 {
+			t.Fatal("still provisional after 400 slices")
+		}
+		at = at.Add(PlanTick)
+		l.PlanAt(at)
+	}
+	done := l.view.plan
+	judged := func() (n int) {
+		for _, ev := range obs.events {
+			if ev.Closed.Judged && ev.Window == done.window {
+				n++
+			}
+		}
+		return n
+	}
+	once := judged()
+	at = at.Add(cfg.MinCycle + time.Millisecond)
+	l.AdmitAt(at, "newcomer-1")
+	if !l.view.plan.provisional {
+		t.Fatalf("the newcomer's re-plan is not provisional: %+v", l.view.plan)
+	}
+	l.PlanAt(at.Add(PlanTick))
+	if !l.view.plan.provisional {
+		t.Errorf("one slice after a new provisional re-plan published a plan read over the table (n=%d, was %d)", l.view.plan.n, done.n)
+	}
+	if n := judged(); n != once {
+		t.Errorf("the window closed by the roll was judged %d times", n)
+	}
+}
+
+// Slices grow to publish the plan within half a window, however
+// late the host's ticks come: 100,000 clients on 1 s windows, with the
+// first tick 100 ms into the window and the next every 10 ms, or every
+// 100 ms (a host that never ticks faster). One after the deadline reads
+// and computes all that is left.
+func TestSlicesMeetTheirDeadlineWhateverTheTicks(t *testing.T) {
+	cfg := Defaults(1_000_000, time.Second)
+	cfg.MaxClients = MaxClientsCap
+	cfg.Policy = Fair{}
+	l, err := New(cfg, NewMemStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := clientIDs(MaxClientsCap)
+	if err := l.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(ids); i += 7 {
+		l.AdmitNAt(t0.Add(time.Millisecond), ids[i], int64(1+i%13))
+	}
+	l.TickAt(t0.Add(2 * time.Millisecond))
+	for w, every := range []time.Duration{2 * PlanTick, 100 * time.Millisecond} {
+		start := t0.Add(time.Duration(w+1) * cfg.Cycle)
+		l.AdmitAt(start, ids[1]) // a provisional roll
+		if !l.view.plan.provisional {
+			t.Fatalf("window %d not rolled provisionally", w+1)
+		}
+		at := start.Add(100 * time.Millisecond)
+		for ; l.view.plan.provisional && at.Before(start.Add(cfg.Cycle)); at = at.Add(every) {
+			l.PlanAt(at)
+		}
+		if end := at.Sub(start) - every; l.view.plan.provisional || end > cfg.Cycle/planDeadline+every {
+			t.Errorf("ticks every %v: plan read by +%v (provisional still: %v), want by %v and a tick", every, end, l.view.plan.provisional, cfg.Cycle/planDeadline)
+		}
+	}
+}
+
+// A roll over a provisional plan (its read never completed: the host did
+// not tick) is planned in place: rolled provisionally again, the
+// parameters of an older window would last, and clients idle since would
+// stay counted and keep the table full.
+func TestARollOverAProvisionalPlanIsPlannedInPlace(t *testing.T) {
+	cfg := Defaults(1_000_000, time.Second)
+	cfg.MaxClients = 2048
+	l, err := New(cfg, NewMemStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := clientIDs(2048)
+	if err := l.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	l.AdmitAt(t0.Add(time.Millisecond), ids[0])
+	provisional := 0
+	for w := 1; w <= cfg.IdleCycles+3; w++ { // only client-0 asks; nobody ticks
+		l.AdmitAt(t0.Add(time.Duration(w)*cfg.Cycle), ids[0])
+		if l.view.plan.provisional {
+			provisional++
+		}
+	}
+	if provisional == 0 {
+		t.Fatal("no roll was provisional: the test shows nothing")
+	}
+	if d := l.AdmitAt(t0.Add(time.Duration(cfg.IdleCycles+3)*cfg.Cycle+time.Millisecond), "brand-new"); d.Reason == ReasonTableFull {
+		t.Errorf("a newcomer is refused table_full: the plan still counts %d clients idle for %d windows", l.view.plan.n, cfg.IdleCycles+3)
+	}
+}
+
+// Parameters are carried over one roll at most: a roll over a provisional
+// re-plan of a plan read over the table (a newcomer late in the window)
+// is provisional still, and carries them; a roll over a plan that carried
+// them is planned in place.
+func TestParametersAreCarriedOverOneRollAtMost(t *testing.T) {
+	l, _, _, cfg := largeTable(t, planInPlaceMax)
+	w1 := t0.Add(cfg.Cycle)
+	l.AdmitAt(w1, "client-7")
+	for at := w1.Add(PlanTick); l.view.plan.provisional; at = at.Add(PlanTick) {
+		if at.Sub(w1) > cfg.Cycle/2 {
+			t.Fatal("the plan was not read within half a window")
+		}
+		l.PlanAt(at)
+	}
+	l.AdmitAt(w1.Add(cfg.Cycle*9/10), "late-newcomer")
+	if p := l.view.plan; !p.provisional || !p.replan || p.carried {
+		t.Fatalf("the late newcomer's plan: %+v, want a provisional re-plan carrying nothing", p)
+	}
+	l.AdmitAt(w1.Add(cfg.Cycle), "client-7") // nobody ticked since
+	if p := l.view.plan; !p.provisional || p.replan || !p.carried {
+		t.Fatalf("the roll over it: %+v, want a provisional roll carrying its parameters", p)
+	}
+	l.AdmitAt(w1.Add(2*cfg.Cycle), "client-7")
+	if p := l.view.plan; p.provisional {
+		t.Fatalf("the roll over a plan that carried its parameters: %+v, want one planned in place", p)
 	}
 }

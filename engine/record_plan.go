@@ -38,7 +38,11 @@ type plan struct {
 	// parameters of the plan before it (see provisional); a tick replaces
 	// it with a plan computed over every client.
 	provisional bool
-	params      policyParams
+	// carried: provisional with the parameters of the window before the
+	// last (a roll's, or a re-plan's of such a plan): no roll carries them
+	// further (see provisional).
+	carried bool
+	params  policyParams
 	// Largest remainder as a threshold: a client's cap rounds up when
 	// (fractional part, arrival, hash) is at or before (thrFrac, thrSince,
 	// thrHash) in the rounding order (see roundsUp).
@@ -87,6 +91,9 @@ func appendPlan(dst []byte, p *plan) []byte {
 	if p.provisional {
 		flags |= 2
 	}
+	if p.carried {
+		flags |= 4
+	}
 	dst = append(dst, flags)
 	for _, f := range p.params {
 		dst = le.AppendUint64(dst, math.Float64bits(f))
@@ -127,6 +134,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.buckets = le.Uint32(b[65:])
 	q.replan = b[69]&1 != 0
 	q.provisional = b[69]&2 != 0
+	q.carried = b[69]&4 != 0
 	off := 70
 	for i := range q.params {
 		q.params[i] = math.Float64frombits(le.Uint64(b[off:]))
@@ -144,7 +152,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.newBuckets = int64(le.Uint64(b[off+72:]))
 	q.spread = math.Float64frombits(le.Uint64(b[off+80:]))
 	switch {
-	case b[69]&^3 != 0:
+	case b[69]&^7 != 0 || q.carried && !q.provisional:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])
 	case q.id == 0 || q.id >= maxPlanID || q.roll == 0 || q.roll > q.id:
 		return fmt.Errorf("%w: plan id %d, roll %d", errCorrupt, q.id, q.roll)

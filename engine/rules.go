@@ -1186,14 +1186,22 @@ const planInPlaceMax = 1024
 // cur's parameters stand only for a plan of the same capacity, and about
 // the same clients: a capacity that changed (a new config, a fleet
 // lease), or proven newcomers more than an eighth of those counted (cur's
-// default share would be theirs), is planned in place.
+// default share would be theirs), is planned in place. So is a roll over
+// a plan whose parameters were carried over a roll already (its read
+// never completed): carried again, the parameters of older and older
+// windows would last, and the clients gone since would stay counted (only
+// a plan read over the table forgets them). A roll over a provisional
+// re-plan of a plan read over the table may carry its parameters: a
+// newcomer's re-plan late in a window need not complete before the roll.
 //
 // inPlaceMax is planInPlaceMax (a test sets another).
 func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
-	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity || cur.pending > cur.n/8 {
+	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity || cur.pending > cur.n/8 ||
+		cur.carried && !next.replan {
 		return false
 	}
 	next.provisional = true
+	next.carried = !next.replan || cur.carried
 	next.capacity, next.n = capacity, cur.n+cur.pending
 	next.params, next.spread = cur.params, cur.spread
 	next.scale = 1

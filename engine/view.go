@@ -388,14 +388,18 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		if corrupt {
 			// The new id must be known before the scan: which clients are
 			// new depends on it. A first pass finds the highest id in use.
-			first, err := r.scan(&cur, &next, false)
+			first, err := r.scan(&cur, &next, futureCounts)
 			if err != nil {
 				return nil, err
 			}
 			next.id = max(first.top, cur.id, v.roll) + planResetJump
 			next.roll = next.id
 		}
-		if found, err = r.scan(&cur, &next, !corrupt); err != nil {
+		rule := futureCorrupt
+		if corrupt {
+			rule = futureCounts
+		}
+		if found, err = r.scan(&cur, &next, rule); err != nil {
 			return nil, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
@@ -406,7 +410,13 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	if err != nil || !published {
 		return stepStay, err
 	}
-	if next.provisional && (r.sliced.roll != next.roll || r.sliced.buckets != next.buckets) {
+	switch {
+	case completes:
+		r.sliced = planSlices{}
+	case next.provisional && !cur.provisional:
+		// One worker reads the table for a provisional plan: the one that
+		// published it over a plan that was not (a re-plan over a
+		// provisional plan is the same window's: its reader reads on).
 		var closing *plan // the window the roll closed, judged by the slices
 		if !next.replan {
 			closing = &cur
@@ -516,41 +526,59 @@ type scanned struct {
 	corrupt    []corruptKey // unreadable buckets, for resetCorrupt
 }
 
+// futureRule is what a scan makes of an entry that names a plan id at or
+// above the one it plans (next's): a plan nobody has published yet.
+type futureRule uint8
+
+const (
+	// futureCounts: a plan reset's, whose next id is made up (its first
+	// pass finds the highest id in use).
+	futureCounts futureRule = iota
+	// futureCorrupt: under a plan read with its CAS, such an entry is
+	// impossible (had another worker published such a plan, next's CAS
+	// would fail): its bucket is treated as unreadable.
+	futureCorrupt
+	// futureStops: a slice read after the plan, without its CAS, may see an
+	// entry of a plan published since: the scan stops before that bucket
+	// (errFuture), for the plan to be read again.
+	futureStops
+)
+
+// errFuture: a slice found an entry of a plan after the one it read.
+var errFuture = errors.New("an entry of a later plan")
+
 // scan reads every bucket and records the clients counted in next (in
 // r.scratch, for computePlan).
-//
-// With checkFuture, an entry that names a plan id at or above next's is
-// impossible (if another worker had published such a plan, next's CAS will
-// fail): its bucket is treated as unreadable.
-func (r *view) scan(cur, next *plan, checkFuture bool) (scanned, error) {
+func (r *view) scan(cur, next *plan, future futureRule) (scanned, error) {
 	r.scratch.reset()
 	r.sliced = planSlices{} // (the slices read so far are in the scratch reset)
 	var out scanned
 	// A roll into a new window closes cur's: its clients are judged too
-	// (not after an unreadable plan, when cur is made up and checkFuture
-	// off).
-	closing := checkFuture && cur.id != 0 && next.window > cur.window && !next.replan
-	_, err := r.scanBuckets(cur, next, checkFuture, closing, 0, math.MaxInt, &out)
+	// (not after an unreadable plan, when cur is made up).
+	closing := future == futureCorrupt && cur.id != 0 && next.window > cur.window && !next.replan
+	_, _, err := r.scanBuckets(cur, next, future, closing, 0, math.MaxInt, &out)
 	return out, err
 }
 
 // scanBuckets reads buckets from the from-th on into r.scratch and out
-// (see scan), until it has read every bucket, or at least most entries,
-// and returns the bucket it stopped before.
+// (see scan), until it has read every bucket or done at least most work
+// (a bucket read, and each entry in it, counts one), and returns the
+// bucket it stopped before and the work done.
 // With closing, the clients counted in cur are judged for its window.
-func (r *view) scanBuckets(cur, next *plan, checkFuture, closing bool, from int, most int, out *scanned) (int, error) {
+func (r *view) scanBuckets(cur, next *plan, future futureRule, closing bool, from int, most int, out *scanned) (int, int, error) {
 	read := 0
 	for b := from; b < r.nb; b++ {
 		if read >= most {
-			return b, nil
+			return b, read, nil
 		}
+		read++
 		raw, cas, err := r.store.Get(r.key(b))
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			r.obs.StoreFailure("get bucket", err)
-			return b, err
+			return b, read, err
 		}
 		if err := decodeBucket(raw, &r.bkt); err != nil {
 			out.corrupt = append(out.corrupt, corruptKey{b, cas})
@@ -560,13 +588,16 @@ func (r *view) scanBuckets(cur, next *plan, checkFuture, closing bool, from int,
 		mark, cmark, markNew := len(r.scratch.hashes), len(r.scratch.closed.demands), out.registered
 		for i := range r.bkt.entries {
 			e := &r.bkt.entries[i]
-			out.top = max(out.top, e.plan, e.created)
-			if checkFuture && (e.plan >= next.id || e.created >= next.id) {
+			if future != futureCounts && (e.plan >= next.id || e.created >= next.id) {
 				r.scratch.truncate(mark, cmark)
 				out.registered = markNew
+				if future == futureStops {
+					return b, read, errFuture
+				}
 				out.corrupt = append(out.corrupt, corruptKey{b, cas})
 				break
 			}
+			out.top = max(out.top, e.plan, e.created)
 			if closing && counted(e, cur, r.cfg) {
 				r.scratch.closed.add(e, cur, r.cfg)
 			}
@@ -578,7 +609,7 @@ func (r *view) scanBuckets(cur, next *plan, checkFuture, closing bool, from int,
 			}
 		}
 	}
-	return r.nb, nil
+	return r.nb, read, nil
 }
 
 // Plans over a large table: a request does not read the table. It
@@ -593,6 +624,7 @@ type planSlices struct {
 	roll      uint64 // the roll of the window it plans (0: none under way)
 	buckets   uint32 // the table it reads
 	next      plan   // what decides who it counts: the plan it will publish
+	deadline  int64  // (shifted) when the plan should be published: slices grow to meet it
 	bucket    int    // the next bucket to read
 	found     scanned
 	computing bool     // the table is read: math computes the plan, a step a slice
@@ -602,18 +634,28 @@ type planSlices struct {
 	judging   judging // once the plan is computed, with judges
 }
 
-// sliceEntries is the fewest entries a slice reads; it reads more when
-// that would not read the table in half a window at one slice every
-// PlanTick. A slice of 512 entries is about half a millisecond in Wasm.
-const sliceEntries = 512
+// sliceWork is the least work a slice does: buckets and entries read, or
+// planMath's steps over mathPerEntry. A slice of 512 is about half a
+// millisecond in Wasm.
+const sliceWork = 512
 
-// mathPerEntry is how many of a plan's arithmetic steps (planMath) a
-// slice does for each entry it would read.
+// mathPerEntry is how many of a plan's arithmetic steps (planMath and
+// judging) count as much work as reading one entry.
 const mathPerEntry = 32
 
 // PlanTick is how often a host should tick a limiter that reads a plan a
 // slice at a time (Limiter.PlanAt).
 const PlanTick = 5 * time.Millisecond
+
+// A plan read in slices should be published within half a window (its
+// deadline): its slices grow to meet it whatever the ticks, and one that
+// comes after it reads and computes all that is left. Another worker takes
+// over a plan still provisional three quarters of a window after it was
+// published (planTakeover).
+const (
+	planDeadline = 2 // cycle/planDeadline after the read starts
+	planTakeover = 4 // cycle × 3/planTakeover after the provisional plan
+)
 
 // startSlices starts reading the table for the plan that replaces the
 // provisional plan p, at t (shifted). closing is the plan of the window
@@ -621,18 +663,20 @@ const PlanTick = 5 * time.Millisecond
 // (nil: it goes unjudged, as when another worker's roll is taken over).
 func (r *view) startSlices(p *plan, t int64, closing *plan) {
 	r.scratch.reset()
-	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
-		replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
+	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, deadline: t + p.cycle/planDeadline,
+		next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
+			replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
 	if closing != nil && closing.id != 0 && closing.window < p.window {
 		r.sliced.closed, r.sliced.judges = *closing, true
 	}
 }
 
-// slice reads the next slice of the table under a provisional plan, and
-// publishes the plan that replaces it once the whole table is read. It
-// reports whether this worker is still reading one. A worker that did not
-// publish the provisional plan starts reading only after half a window,
-// in case the one that did stopped.
+// slice does the next slice of the plan this worker reads over a large
+// table under a provisional plan, and publishes the plan that replaces it
+// once the table is read and the plan computed. It reports whether this
+// worker still reads one. A worker that did not publish the provisional
+// plan starts reading it only once it is late (planTakeover), in case the
+// one that did stopped.
 func (r *view) slice(real int64) bool {
 	p, s := &r.plan, &r.sliced
 	if !p.provisional {
@@ -641,7 +685,8 @@ func (r *view) slice(real int64) bool {
 	}
 	t := real + p.shift
 	if s.roll != p.roll || s.buckets != p.buckets {
-		if t < p.at+int64(r.cfg.Cycle)/2 {
+		*s = planSlices{} // (slices of a window gone)
+		if t < p.at+3*p.cycle/planTakeover {
 			return false
 		}
 		r.startSlices(p, t, nil)
@@ -650,16 +695,27 @@ func (r *view) slice(real int64) bool {
 	// one publishes follows it. What the slices read is still the
 	// window's.)
 	s.next.id = p.id + 1
-	most := max(sliceEntries, int(int64(p.n)*int64(PlanTick)*2/int64(r.cfg.Cycle)))
+	work := r.sliceWork(t, int64(p.n))
 	if s.bucket < r.nb {
 		// (On a store failure, read again from where it failed, at the
-		// next slice; the table read is computed from the slice after it.)
+		// next slice.)
 		cur := p
 		if s.judges {
 			cur = &s.closed
 		}
-		s.bucket, _ = r.scanBuckets(cur, &s.next, true, s.judges, s.bucket, most, &s.found)
-		return true
+		var err error
+		if s.bucket, _, err = r.scanBuckets(cur, &s.next, futureStops, s.judges, s.bucket, work, &s.found); errors.Is(err, errFuture) {
+			// An entry of a plan after the one read: read the plan again,
+			// and the bucket with it at the next slice; if the plan has not
+			// moved, the entry is impossible and its bucket unreadable.
+			id := p.id
+			if r.refresh(real) == nil && r.plan.id == id && r.plan.provisional {
+				s.bucket, _, _ = r.scanBuckets(cur, &s.next, futureCorrupt, s.judges, s.bucket, 1, &s.found)
+			}
+		}
+		if s.bucket < r.nb || t < s.deadline {
+			return true // (the arithmetic starts at the next slice)
+		}
 	}
 	if !s.computing {
 		v, _, corrupt, err := r.readBudget()
@@ -672,24 +728,45 @@ func (r *view) slice(real int64) bool {
 	}
 	// (Arithmetic on what the scan recorded: a step is cheaper than
 	// reading an entry.)
-	if !s.math.step(mathPerEntry * most) {
+	steps := work
+	if steps < math.MaxInt/mathPerEntry {
+		steps *= mathPerEntry
+	}
+	if !s.math.step(steps) {
 		return true
 	}
 	if s.judges {
 		if s.judging.c == nil {
 			s.judging.start(s.closed.capacity, &r.scratch.closed)
 		}
-		if !s.judging.step(mathPerEntry * most) {
+		if !s.judging.step(steps) {
 			return true
 		}
 	}
 	if _, err := r.replan(real, callerTick, 0); err != nil {
 		return true // (the slices stay read: publishing is tried again at the next tick)
 	}
-	if r.plan.provisional {
-		*s = planSlices{} // another provisional plan won: read it again
+	return s.roll != 0 // (a completed plan ends the slices: replan)
+}
+
+// sliceWork is how much work the slice at t does (scanBuckets' unit),
+// for a table of about n clients: what is left, over the slices left
+// until the deadline at one every PlanTick, and at least sliceWork. At or
+// past the deadline, all that is left.
+func (r *view) sliceWork(t, n int64) int {
+	s := &r.sliced
+	slices := (s.deadline - t) / int64(PlanTick)
+	if slices < 1 {
+		return math.MaxInt
 	}
-	return r.plan.provisional
+	// Left to do: the buckets not read and their entries, then the
+	// arithmetic (a dozen passes over the clients, and the judgment's).
+	unread := int64(r.nb - s.bucket)
+	left := unread + n*unread/int64(r.nb)
+	if s.bucket < r.nb || !s.computing {
+		left += n * 24 / mathPerEntry
+	}
+	return int(max(sliceWork, left/slices))
 }
 
 // resetCorrupt rewrites the unreadable values the plan's scan found. Only

@@ -19,7 +19,7 @@ type held struct {
 	o     filter.Outcome
 	since time.Time // when it arrived
 	due   time.Time // when it is decided again
-	ticks int       // ticks since it arrived: its age on a clock that cannot step
+	aged  time.Duration // the tick periods since it arrived: its age on a clock that cannot step
 }
 
 // holds are a worker's held requests, in arrival order.
@@ -65,11 +65,13 @@ func (p *pluginContext) letGo(w *held) {
 // The filter's clock is the wall clock, which may step. A request is due
 // when the clock passes its time, or reads before its arrival (it stepped
 // back); and a hold whose ticks add up to max_wait is decided for good,
+// each tick counting the period that brought it (aged: the host ticks
+// faster while the worker reads a plan in slices),
 // whatever the clock says. Requests of one client are served in arrival
 // order, and once one is held again, the rest of that client's due ones
 // are held to the same time without a decision: they would be refused
 // alike, and each decision counts as demand.
-func (p *pluginContext) serveHeld(all bool) {
+func (p *pluginContext) serveHeld(all bool, aged time.Duration) {
 	if len(p.holds.list) == 0 {
 		return
 	}
@@ -80,8 +82,8 @@ func (p *pluginContext) serveHeld(all bool) {
 		if w.h == nil {
 			continue
 		}
-		w.ticks++
-		final := all || time.Duration(w.ticks)*p.tick >= p.filter.MaxWait(w.o.Limit)+p.tick
+		w.aged += aged
+		final := all || w.aged >= p.filter.MaxWait(w.o.Limit)+p.tick
 		if !final && now.Before(w.due) && !now.Before(w.since) {
 			kept = append(kept, w)
 			continue
@@ -127,12 +129,11 @@ func (p *pluginContext) serve(w *held, now time.Time, final bool) (done bool) {
 	// clock may have stepped back since it arrived. What it waited, as
 	// reported, is the clock's, unless the clock went back.
 	waited := now.Sub(w.since)
-	ticked := time.Duration(w.ticks) * p.tick
 	if waited < 0 {
-		waited = ticked
+		waited = w.aged
 	}
 	o := p.filter.Redecide(w.o, waited)
-	if more, ok := p.filter.Hold(o, max(waited, ticked)); ok && !final {
+	if more, ok := p.filter.Hold(o, max(waited, w.aged)); ok && !final {
 		// Another request took the unit: held again, in arrival order,
 		// with the new promise.
 		w.o.Decision, w.o.Window, w.o.Shares, w.due = o.Decision, o.Window, o.Shares, now.Add(more)
@@ -158,7 +159,7 @@ func (p *pluginContext) serve(w *held, now time.Time, final bool) (done bool) {
 func (p *pluginContext) OnPluginDone() bool {
 	defer guard(p, "OnPluginDone", nil)
 	if p.filter != nil {
-		p.serveHeld(true)
+		p.serveHeld(true, 0)
 	}
 	return true
 }

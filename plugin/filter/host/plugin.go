@@ -168,7 +168,9 @@ func (p *pluginContext) OnTick() {
 	if p.filter == nil {
 		return
 	}
+	aged := p.period() // (what brought this tick)
 	p.setPlanning(p.filter.Plan())
+	p.serveHeld(false, aged)
 	if p.planning {
 		// (A clock that stepped back reads a negative time since: due.)
 		now := p.filter.Now()
@@ -178,7 +180,6 @@ func (p *pluginContext) OnTick() {
 		p.lastTick = now
 	}
 	defer func() { p.setPlanning(p.filter.Planning()) }() // (a tick may start a plan)
-	p.serveHeld(false)
 	if p.tick < p.housekeeping {
 		// Ticks come often for held requests; the rest keeps its period.
 		// (A clock that stepped back reads a negative time since: due.)
@@ -206,16 +207,24 @@ func (p *pluginContext) setPlanning(on bool) {
 	if on == p.planning {
 		return
 	}
-	period := p.tick
 	if on {
-		period = min(p.tick, engine.PlanTick)
 		p.lastTick = p.filter.Now()
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(period.Milliseconds())); err != nil {
-		proxywasm.LogWarnf("borrowcycle: setting the tick period to %v: %v", period, err)
-		return
-	}
+	was := p.planning
 	p.planning = on
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(p.period().Milliseconds())); err != nil {
+		proxywasm.LogWarnf("borrowcycle: setting the tick period to %v: %v", p.period(), err)
+		p.planning = was
+	}
+}
+
+// period is the tick period set: the filter's, or engine.PlanTick while
+// this worker reads a plan in slices, if that is shorter.
+func (p *pluginContext) period() time.Duration {
+	if p.planning {
+		return min(p.tick, engine.PlanTick)
+	}
+	return p.tick
 }
 
 // setActive records the number of clients registered in the i-th limit's
