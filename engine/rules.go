@@ -488,9 +488,10 @@ func roundsUp(frac float64, since int64, hash uint64, p *plan) bool {
 	if p.provisional {
 		// A provisional plan's threshold was computed over other caps:
 		// there a client rounds up with a chance of its fraction instead,
-		// drawn from its hash, so that the shares sum to about the
-		// capacity whatever the caps.
-		return frac > float64(hash>>11)/(1<<53)
+		// drawn from its hash and the window (the same clients are not
+		// favoured window after window), so that the shares sum to about
+		// the capacity whatever the caps.
+		return frac > float64(mixWord(hash, uint64(p.window))>>11)/(1<<53)
 	}
 	return before(frac, since, hash, p.thrFrac, p.thrSince, p.thrHash) ||
 		(frac == p.thrFrac && since == p.thrSince && hash == p.thrHash)
