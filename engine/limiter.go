@@ -147,7 +147,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	t := real + l.view.plan.shift // the shifted clock (see transition)
 	l.view.fleet.noteAsked(cost, l.view.plan.window)
 	h := clientHash(client)
-	if cs := l.view.clients[h]; cs != nil {
+	if cs := l.view.client(h); cs != nil {
 		return l.admitKnown(t, cs, cost, true)
 	}
 	return l.admitUnknown(t, h, cost)
@@ -163,7 +163,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 // roomy); the attempt still counts as demand. Nothing happens when the
 // client's state is of another window.
 func (l *Limiter) Refund(client string, cost int64) {
-	if cs := l.view.clients[clientHash(client)]; cs != nil && cs.window == l.view.plan.window {
+	if cs := l.view.client(clientHash(client)); cs != nil && cs.window == l.view.plan.window {
 		cs.lease += max(cost, 1)
 		cs.exhausted = false
 	}
@@ -380,7 +380,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 			return l.failure(t, cost, err)
 		}
 		cs.unflushed -= cost // counted again by the retry
-		if l.view.clients[cs.hash] != cs {
+		if l.view.client(cs.hash) != cs {
 			// The new plan dropped what the worker held (another table):
 			// the client is found again.
 			cs.lease, cs.unflushed = 0, 0
@@ -400,7 +400,7 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		return l.overLimit(t, cs)
 	case syncGone:
 		cs.unflushed -= cost
-		delete(l.view.clients, cs.hash)
+		l.view.drop(cs.hash)
 		cs.lease, cs.unflushed = 0, 0
 		return l.admitUnknown(t, cs.hash, cost)
 	case syncBusy:

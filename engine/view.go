@@ -36,7 +36,12 @@ type view struct {
 	planCAS uint32 // CAS of the plan as read; 0 when unknown (then re-read before writing)
 	planBad bool   // the value at planCAS is unreadable: only a roller may replace it
 
-	clients map[uint64]*clientState // counted clients this worker has seen
+	// The counted clients this worker has seen, of the view's window and
+	// the one before (client): those seen since the view's window opened,
+	// and those seen before it, moved over when found again. A new window
+	// drops a generation instead of walking every client.
+	clients map[uint64]*clientState
+	older   map[uint64]*clientState
 	dirty   []*clientState          // clients with a lease or unwritten demand: the tick's work
 	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
 	refused map[uint64]refusal      // newcomers told "table_full" in the view's window
@@ -114,6 +119,7 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 		own:        nb,
 		keys:       make([]string, nb),
 		clients:    make(map[uint64]*clientState),
+		older:      make(map[uint64]*clientState),
 		waiting:    make(map[uint64]waitMark),
 		refused:    make(map[uint64]refusal),
 		inPlaceMax: planInPlaceMax,
@@ -131,6 +137,7 @@ func (r *view) useTable(nb int) {
 	r.marks = nil
 	r.forgetRead()
 	clear(r.clients)
+	clear(r.older)
 	for _, cs := range r.dirty {
 		cs.dirty = false
 	}
@@ -245,11 +252,14 @@ func (r *view) adopt(p plan, cas uint32) {
 		}
 		if p.window != r.plan.window {
 			clear(r.refused) // (a refusal proves a repeat within its window)
-			for h, cs := range r.clients {
-				if cs.window < p.window-1 || cs.window > p.window {
-					delete(r.clients, h)
-				}
+			// The clients of the window before stay, when p's window
+			// follows it; the older ones go (the garbage collector's work,
+			// spread over the requests that allocate, not one callback's).
+			r.older = r.clients
+			if p.window != r.plan.window+1 {
+				r.older = make(map[uint64]*clientState)
 			}
+			r.clients = make(map[uint64]*clientState)
 		}
 	}
 	r.plan, r.planCAS, r.planBad = p, cas, false
@@ -912,7 +922,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			r.give(inHand)
 		}
 	}()
-	if r.clients[cs.hash] != cs || cs.bucket >= r.nb {
+	if r.client(cs.hash) != cs || cs.bucket >= r.nb {
 		// Dropped since the caller found it (a new table, a window two
 		// behind): its bucket may mean nothing in the table in use.
 		return syncGone
@@ -1318,6 +1328,31 @@ func (r *view) wait(h uint64, proven bool) {
 		clear(r.waiting)
 	}
 	r.waiting[h] = waitMark{plan: r.plan.id, proven: proven}
+}
+
+// client is the state this worker holds for the client of hash h, nil if
+// none: one of the view's window or the window before (an older one is
+// dropped when found).
+func (r *view) client(h uint64) *clientState {
+	if cs := r.clients[h]; cs != nil {
+		return cs
+	}
+	cs := r.older[h]
+	if cs == nil {
+		return nil
+	}
+	delete(r.older, h)
+	if cs.window < r.plan.window-1 || cs.window > r.plan.window {
+		return nil
+	}
+	r.clients[h] = cs
+	return cs
+}
+
+// drop forgets the state held for the client of hash h.
+func (r *view) drop(h uint64) {
+	delete(r.clients, h)
+	delete(r.older, h)
 }
 
 func (r *view) track(h uint64, b int, created uint64) *clientState {
