@@ -290,16 +290,17 @@ func TestANewProvisionalPlanIsReadAfresh(t *testing.T) {
 	}
 }
 
-// Slices grow to publish the plan within half a window, however
-// late the host's ticks come: 100,000 clients on 1 s windows, with the
-// first tick 100 ms into the window and the next every 10 ms, or every
-// 100 ms (a host that never ticks faster). One after the deadline reads
-// and computes all that is left.
+// Slices grow to publish the plan within half a window, however late the
+// host's ticks come, and are about even: 100,000 clients on 1 s windows,
+// the first tick 100 ms into the window, then every 5 ms, every 10 ms, or
+// every 100 ms (a host that never ticks faster). No slice reads more than
+// three times the buckets of the average one.
 func TestSlicesMeetTheirDeadlineWhateverTheTicks(t *testing.T) {
 	cfg := Defaults(1_000_000, time.Second)
 	cfg.MaxClients = MaxClientsCap
 	cfg.Policy = Fair{}
-	l, err := New(cfg, NewMemStore())
+	store := &countingStore{Store: NewMemStore()}
+	l, err := New(cfg, store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,18 +312,26 @@ func TestSlicesMeetTheirDeadlineWhateverTheTicks(t *testing.T) {
 		l.AdmitNAt(t0.Add(time.Millisecond), ids[i], int64(1+i%13))
 	}
 	l.TickAt(t0.Add(2 * time.Millisecond))
-	for w, every := range []time.Duration{2 * PlanTick, 100 * time.Millisecond} {
+	for w, every := range []time.Duration{PlanTick, 2 * PlanTick, 100 * time.Millisecond} {
 		start := t0.Add(time.Duration(w+1) * cfg.Cycle)
 		l.AdmitAt(start, ids[1]) // a provisional roll
 		if !l.view.plan.provisional {
 			t.Fatalf("window %d not rolled provisionally", w+1)
 		}
+		var most, all int64
+		slices := 0
 		at := start.Add(100 * time.Millisecond)
 		for ; l.view.plan.provisional && at.Before(start.Add(cfg.Cycle)); at = at.Add(every) {
+			store.ops.Store(0)
 			l.PlanAt(at)
+			ops := store.ops.Load()
+			most, all, slices = max(most, ops), all+ops, slices+1
 		}
 		if end := at.Sub(start) - every; l.view.plan.provisional || end > cfg.Cycle/planDeadline+every {
 			t.Errorf("ticks every %v: plan read by +%v (provisional still: %v), want by %v and a tick", every, end, l.view.plan.provisional, cfg.Cycle/planDeadline)
+		}
+		if mean := float64(all) / float64(slices); float64(most) > 3*mean {
+			t.Errorf("ticks every %v: %d slices, the largest of %d store operations, the mean %.0f", every, slices, most, mean)
 		}
 	}
 }
