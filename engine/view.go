@@ -423,10 +423,11 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	switch {
 	case completes:
 		r.sliced = planSlices{}
-	case next.provisional && !cur.provisional:
+	case next.provisional && (!next.replan || !cur.provisional):
 		// One worker reads the table for a provisional plan: the one that
-		// published it over a plan that was not (a re-plan over a
-		// provisional plan is the same window's: its reader reads on).
+		// published a roll, or a re-plan over a plan that was not
+		// provisional (over one that was, the same window's reader reads
+		// on).
 		var closing *plan // the window the roll closed, judged by the slices
 		if !next.replan {
 			closing = &cur
@@ -648,13 +649,13 @@ type planSlices struct {
 }
 
 // sliceWork is the least work a slice does: buckets and entries read, or
-// planMath's steps over mathPerEntry. A slice of 512 is about half a
-// millisecond in Wasm.
-const sliceWork = 512
+// planMath's steps over mathPerEntry. A slice of 128 is about half a
+// millisecond in the wazero host on a slow machine.
+const sliceWork = 128
 
 // mathPerEntry is how many of a plan's arithmetic steps (planMath and
 // judging) count as much work as reading one entry.
-const mathPerEntry = 32
+const mathPerEntry = 8
 
 // mathPerClient is about how many arithmetic steps a plan takes per client
 // counted, its judgment's included: 9 and 4 for the seed policy, 6 and 4
@@ -666,10 +667,13 @@ const mathPerClient = 16
 const PlanTick = 5 * time.Millisecond
 
 // A plan read in slices should be published within half a window (its
-// deadline): its slices grow to meet it whatever the ticks, and one that
-// comes after it reads and computes all that is left. Another worker takes
-// over a plan still provisional three quarters of a window after it was
-// published (planTakeover).
+// deadline), and within three quarters of what is left of its window when
+// its read starts later (a roll by the window's first request, late): a
+// roll over a plan whose read never completed is planned in place (see
+// provisional). Its slices grow to meet the deadline whatever the ticks,
+// and one that comes after it reads and computes all that is left.
+// Another worker takes over a plan still provisional three quarters of a
+// window after it was published (planTakeover).
 const (
 	planDeadline = 2 // cycle/planDeadline after the read starts
 	planTakeover = 4 // cycle × 3/planTakeover after the provisional plan
@@ -681,7 +685,8 @@ const (
 // (nil: it goes unjudged, as when another worker's roll is taken over).
 func (r *view) startSlices(p *plan, t int64, closing *plan) {
 	r.scratch.reset()
-	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, deadline: t + p.cycle/planDeadline,
+	_, end := planWindow(p, r.cfg)
+	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, deadline: min(t+p.cycle/planDeadline, t+max(0, end-t)*3/4),
 		next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
 			replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
 	if closing != nil && closing.id != 0 && closing.window < p.window {
