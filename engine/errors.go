@@ -42,3 +42,7 @@ var errStale = errors.New("view older than the budget")
 
 // errFull: the newcomer cannot be registered (table or probe path full).
 var errFull = errors.New("client table full")
+
+// errFullForNow: the table looks full under a provisional plan, whose
+// count is an upper bound until the plan read in slices replaces it.
+var errFullForNow = errors.New("client table full as far as a provisional plan counts")

@@ -244,7 +244,7 @@ func (l *Limiter) RegisterAt(now time.Time, clients ...string) error {
 		}
 		// Arrivals a nanosecond apart keep the declared order: it breaks
 		// rounding ties, like registration order does.
-		if err := l.view.insert(h, t+int64(i), 0); err != nil && !errors.Is(err, errFull) {
+		if err := l.view.insert(h, t+int64(i), 0); err != nil && !errors.Is(err, errFull) && !errors.Is(err, errFullForNow) {
 			return err // a client that finds the table full learns it at its next request
 		}
 	}

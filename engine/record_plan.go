@@ -15,7 +15,7 @@ import (
 // planVersion and planLen: the plan's encoding.
 const (
 	planVersion = 4
-	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8*3 + 8 + sealLen
+	planLen     = 1 + 8*7 + 4*3 + 1 + 8*5 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8*3 + 8 + 8 + sealLen
 )
 
 // plan is the small record every worker reads to know the running window
@@ -56,6 +56,10 @@ type plan struct {
 	// (Config.MaxShare, Config.Caps): it shares what the caps keep from
 	// capped clients among the others (see spreadCaps). 1 without caps.
 	spread float64
+	// print is the fingerprint of the settings the parameters were
+	// computed under besides the capacity (sharePrint): a provisional plan
+	// carries them only under the same.
+	print uint64
 	// shift is added to every worker's clock reading (Unix ns, a whole
 	// number of cycles, never negative, only ever growing): after a clock
 	// jump the store's windows run ahead of the clock, and a shift moves
@@ -109,6 +113,7 @@ func appendPlan(dst []byte, p *plan) []byte {
 	dst = le.AppendUint64(dst, uint64(p.newOffset))
 	dst = le.AppendUint64(dst, uint64(p.newBuckets))
 	dst = le.AppendUint64(dst, math.Float64bits(p.spread))
+	dst = le.AppendUint64(dst, p.print)
 	return seal(dst)
 }
 
@@ -151,6 +156,7 @@ func decodePlan(b []byte, p *plan) error {
 	q.newOffset = int64(le.Uint64(b[off+64:]))
 	q.newBuckets = int64(le.Uint64(b[off+72:]))
 	q.spread = math.Float64frombits(le.Uint64(b[off+80:]))
+	q.print = le.Uint64(b[off+88:])
 	switch {
 	case b[69]&^7 != 0 || q.carried && !q.provisional:
 		return fmt.Errorf("%w: plan flags %#x", errCorrupt, b[69])

@@ -128,11 +128,11 @@ func FuzzTransaction(f *testing.F) {
 // they encode alike: a change here without a new recordFormat would have
 // an upgraded module read the draining one's values as unreadable.
 func TestEncodingIsPinned(t *testing.T) {
-	const want = "15dc3e2379a03671"
+	const want = "0ab6d291b29cfb43"
 	p := plan{id: 7, roll: 6, window: 1_700_000_000, at: 1_700_000_000_123, capacity: 40, n: 3, pending: 1, buckets: 4,
 		cycle: int64(time.Second), shift: 2, born: 9, newCycle: int64(time.Second), newBuckets: 4}
 	p.params[0], p.thrFrac, p.thrHash, p.promoted, p.spread = 13.5, 0.25, 99, 42, 1.5
-	p.provisional, p.carried = true, true
+	p.provisional, p.carried, p.print = true, true, 0x5eed
 	bkt := bucketVal{overflow: true, entries: []entry{{hash: 5, created: 6, since: 7, window: 8, plan: 6, share: 10, granted: 4, demand: 3, prev: 2.5, active: 8, tries: 2, lastDemand: 11, lastGranted: 9}}}
 	fs := newFleetState()
 	fs.nextID, fs.syncer = 3, 2

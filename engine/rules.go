@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
@@ -1003,14 +1004,14 @@ type levelSearch struct {
 	pivot                 float64
 	lt, i, gt             int
 	less, atD, atW, moreW float64
-	round                 uint64
+	round, seed           uint64 // (see pivotAt)
 }
 
 // start sets s to search over demands d and weights w (nil: 1 each),
 // ordering the clients in *order (grown as needed).
 func (s *levelSearch) start(c float64, d, w []float64, order *[]int) {
 	*order = fillOrder(*order, len(d))
-	*s = levelSearch{c: c, d: d, w: w, order: *order, hi: len(d)}
+	*s = levelSearch{c: c, d: d, w: w, order: *order, hi: len(d), seed: mixWord(pivotSecret, uint64(len(d)))}
 }
 
 func (s *levelSearch) unit(j int) float64 { return sanitize(s.d[j]) / weightAt(s.w, j) }
@@ -1022,7 +1023,7 @@ func (s *levelSearch) step(budget int) int {
 	o := s.order
 	for budget > 0 && !s.done() {
 		if !s.active {
-			p := s.lo + pivotAt(s.round, s.lo, s.hi)
+			p := s.lo + pivotAt(s.seed+s.round, s.lo, s.hi)
 			s.pivot, s.round, s.active = s.unit(o[p]), s.round+1, true
 			s.lt, s.i, s.gt = s.lo, s.lo, s.hi
 			s.less, s.atD, s.atW, s.moreW = 0, 0, 0, 0
@@ -1078,11 +1079,12 @@ type selection struct {
 	pivot    int // the pivot client, at order[hi-1]
 	i, store int
 	round    uint64
+	seed     uint64 // (see pivotAt)
 }
 
 func (s *selection) start(k, n int, order *[]int) {
 	*order = fillOrder(*order, n)
-	*s = selection{k: k, found: -1, order: *order, hi: n}
+	*s = selection{k: k, found: -1, order: *order, hi: n, seed: mixWord(pivotSecret, uint64(n)<<1|1)}
 }
 
 func (s *selection) done() bool  { return s.found >= 0 }
@@ -1100,7 +1102,7 @@ func (s *selection) step(budget int, sc *planScratch) int {
 				s.found = o[s.lo]
 				break
 			}
-			p := s.lo + pivotAt(s.round, s.lo, s.hi)
+			p := s.lo + pivotAt(s.seed+s.round, s.lo, s.hi)
 			o[p], o[s.hi-1] = o[s.hi-1], o[p]
 			s.pivot, s.round, s.active = o[s.hi-1], s.round+1, true
 			s.i, s.store = s.lo, s.lo
@@ -1129,8 +1131,18 @@ func (s *selection) step(budget int, sc *planScratch) int {
 	return budget
 }
 
+// pivotSecret seeds the searches' pivots (pivotAt): random for each VM, so
+// that nobody outside can build an order against them, and the same for
+// every search of a VM over the same clients, so that a plan read in
+// slices sums in the order planning in place does (the level's float sums
+// follow the pivots).
+var pivotSecret = rand.Uint64()
+
 // pivotAt picks a pivot in [0, hi−lo) from the round and the range, by a
-// mix of their bits: no order of the clients makes every round a bad one.
+// mix of their bits. The round is offset by a seed from pivotSecret:
+// clients choose their demands, and so the order a fixed rule would pivot
+// on, and an order built against a fixed rule makes every round a bad one
+// (quadratic: 7,500 comparisons a client at 20,000).
 func pivotAt(round uint64, lo, hi int) int {
 	x := round*0x9e3779b97f4a7c15 ^ uint64(lo)<<32 ^ uint64(hi)
 	x ^= x >> 31
@@ -1184,9 +1196,11 @@ const planInPlaceMax = 1024
 // sum to the capacity meanwhile; the window's budget bounds what it
 // admits, as under any plan.
 //
-// cur's parameters stand only for a plan of the same capacity, and about
-// the same clients: a capacity that changed (a new config, a fleet
-// lease), or proven newcomers more than an eighth of those counted (cur's
+// cur's parameters stand only for a plan of the same capacity and
+// settings, and about the same clients: a capacity that changed (a new
+// config, a fleet lease), other settings (a new config's policy,
+// reservation, pacing, weights or caps: sharePrint), or proven newcomers
+// more than an eighth of those counted (cur's
 // default share would be theirs), is planned in place. So is a roll over
 // a plan whose parameters were carried over a roll already (its read
 // never completed): carried again, the parameters of older and older
@@ -1197,7 +1211,7 @@ const planInPlaceMax = 1024
 //
 // inPlaceMax is planInPlaceMax (a test sets another).
 func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
-	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity || cur.pending > cur.n/8 ||
+	if cur.id == 0 || int(cur.n)+int(cur.pending) <= inPlaceMax || cur.capacity != capacity || cur.print != next.print || cur.pending > cur.n/8 ||
 		cur.carried && !next.replan {
 		return false
 	}
@@ -1210,6 +1224,27 @@ func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
 		next.scale = cur.scale
 	}
 	return true
+}
+
+// sharePrint is a fingerprint of the settings a plan's parameters depend
+// on besides the capacity and the clients' demand: the policy, the
+// reservation, pacing, weights and caps (see provisional).
+func sharePrint(c *Config) uint64 {
+	h := mixWord(clientHash(c.policy().Name()), math.Float64bits(c.Reservation))
+	pace := uint64(0)
+	if c.Pace {
+		pace = 1
+	}
+	h = mixWord(mixWord(h, pace), math.Float64bits(c.Burst))
+	h = mixWord(h, uint64(c.MaxShare))
+	var weights, caps uint64 // (sums: in no order)
+	for k, w := range c.hashedWeights {
+		weights += mixWord(k, math.Float64bits(w))
+	}
+	for k, m := range c.hashedCaps {
+		caps += mixWord(k, uint64(m))
+	}
+	return mixWord(mixWord(h, weights), caps)
 }
 
 // maxSpread bounds a plan's spread: far above any a real plan computes

@@ -42,9 +42,9 @@ type view struct {
 	// drops a generation instead of walking every client.
 	clients map[uint64]*clientState
 	older   map[uint64]*clientState
-	dirty   []*clientState          // clients with a lease or unwritten demand: the tick's work
-	waiting map[uint64]waitMark     // newcomers told "pending" -> plan id then
-	refused map[uint64]refusal      // newcomers told "table_full" in the view's window
+	dirty   []*clientState      // clients with a lease or unwritten demand: the tick's work
+	waiting map[uint64]waitMark // newcomers told "pending" -> plan id then
+	refused map[uint64]refusal  // newcomers told "table_full" in the view's window
 
 	stuck stuckClock // see behind
 	seen  budgetSeen // see adjust
@@ -60,6 +60,7 @@ type view struct {
 	scratch    planScratch
 	sliced     planSlices // a plan over a large table this worker reads a slice at a time
 	inPlaceMax int        // planInPlaceMax (a test sets another)
+	sharePrint uint64     // sharePrint of cfg: the plans this worker computes carry it
 }
 
 // stuckClock: the clock has read before the view's window (of roll roll)
@@ -123,6 +124,7 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 		waiting:    make(map[uint64]waitMark),
 		refused:    make(map[uint64]refusal),
 		inPlaceMax: planInPlaceMax,
+		sharePrint: sharePrint(cfg),
 	}
 }
 
@@ -215,6 +217,8 @@ func (r *view) countPending() error {
 			return nil, errCorrupt // a roller must replace the plan first
 		case cur.id == 0:
 			return nil, nil
+		case int(cur.n)+int(cur.pending) >= r.cfg.MaxClients && cur.provisional:
+			return nil, errFullForNow
 		case int(cur.n)+int(cur.pending) >= r.cfg.MaxClients:
 			return nil, errFull
 		}
@@ -278,8 +282,15 @@ func (r *view) adopt(p plan, cas uint32) {
 // even unproven (promoted), the only unproven newcomer it counts.
 func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	if t := real + r.plan.shift; r.plan.id != 0 {
-		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), who); step == stepRoll || step == stepJump || r.planBad {
-			r.flush(t) // this worker's demand counts in the plan of a new window
+		// This worker's demand counts in the plan of a new window, when it
+		// is planned in place: a provisional plan is planned from the
+		// table later, and writing every client asking since the last
+		// tick would cost its request O(clients) (the demand heavy
+		// clients had not written yet, at most 1/flushDivisor of theirs,
+		// is left out then, as other workers' is).
+		small := int(r.plan.n)+int(r.plan.pending) <= r.inPlaceMax || r.plan.carried
+		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), who); step == stepRoll && small || step == stepJump || r.planBad {
+			r.flush(t)
 		}
 	}
 	var (
@@ -336,7 +347,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		}
 		next = plan{id: cur.id + 1, roll: cur.roll, window: k, at: t, buckets: uint32(nb), replan: step == stepReplan,
 			cycle: int64(acfg.Cycle), offset: int64(acfg.WindowOffset), shift: cur.shift,
-			born: born, newCycle: int64(acfg.Cycle), newOffset: int64(acfg.WindowOffset), newBuckets: int64(nb)}
+			born: born, newCycle: int64(acfg.Cycle), newOffset: int64(acfg.WindowOffset), newBuckets: int64(nb), print: r.sharePrint}
 		switch step {
 		case stepReplan:
 			// The running window keeps its bounds and its table.
@@ -383,6 +394,12 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			}
 			found, completes = sl.found, true
 			copyShares(&next, &sl.math.next)
+			// Clients proven since the read started are counted under cur
+			// (registered) though the read may have passed their buckets
+			// before: they stay pending, so the table's bound holds and the
+			// next re-plan counts them (one the read did count is then
+			// counted twice until it: the safe side).
+			next.pending = uint32(max(0, int64(cur.n)+int64(cur.pending)-sl.startN))
 			if sl.judges {
 				if !sl.judging.done() {
 					return nil, nil
@@ -635,10 +652,12 @@ type planSlices struct {
 	roll      uint64 // the roll of the window it plans (0: none under way)
 	buckets   uint32 // the table it reads
 	next      plan   // what decides who it counts: the plan it will publish
+	startN    int64  // the clients the provisional plan counted and had pending when the read started
 	deadline  int64  // (shifted) when the plan should be published: slices grow to meet it
 	last      int64  // (real) the last slice: one every PlanTick/2 at most
 	gap       int64  // the time between the last two slices: the ticks' period, as they come
 	bucket    int    // the next bucket to read
+	read      int64  // the work the reading did so far (scanBuckets' unit)
 	found     scanned
 	computing bool     // the table is read: math computes the plan, a step a slice
 	stepped   int64    // the arithmetic's steps given to math and judging so far
@@ -686,7 +705,7 @@ const (
 func (r *view) startSlices(p *plan, t int64, closing *plan) {
 	r.scratch.reset()
 	_, end := planWindow(p, r.cfg)
-	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, deadline: min(t+p.cycle/planDeadline, t+max(0, end-t)*3/4),
+	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, startN: int64(p.n) + int64(p.pending), deadline: min(t+p.cycle/planDeadline, t+max(0, end-t)*3/4),
 		next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
 			replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
 	if closing != nil && closing.id != 0 && closing.window < p.window {
@@ -709,7 +728,15 @@ func (r *view) slice(real int64) bool {
 	t := real + p.shift
 	if s.roll != p.roll || s.buckets != p.buckets {
 		*s = planSlices{} // (slices of a window gone)
-		if t < p.at+3*p.cycle/planTakeover {
+		// Late: three quarters of a window after the provisional plan; for
+		// a roll's (carried), after the window's start, which re-plans for
+		// newcomers do not move.
+		late := p.at + 3*p.cycle/planTakeover
+		if p.carried {
+			start, _ := planWindow(p, r.cfg)
+			late = min(late, start+3*p.cycle/planTakeover)
+		}
+		if t < late {
 			return false
 		}
 		r.startSlices(p, t, nil)
@@ -734,8 +761,13 @@ func (r *view) slice(real int64) bool {
 		if s.judges {
 			cur = &s.closed
 		}
-		var err error
-		if s.bucket, _, err = r.scanBuckets(cur, &s.next, futureStops, s.judges, s.bucket, work, &s.found); errors.Is(err, errFuture) {
+		var (
+			err  error
+			read int
+		)
+		s.bucket, read, err = r.scanBuckets(cur, &s.next, futureStops, s.judges, s.bucket, work, &s.found)
+		s.read += int64(read)
+		if errors.Is(err, errFuture) {
 			// An entry of a plan after the one read: read the plan again,
 			// and the bucket with it at the next slice; if the plan has not
 			// moved, the entry is impossible and its bucket unreadable.
@@ -792,10 +824,16 @@ func (r *view) sliceWork(t, n int64) int {
 	if slices < 1 {
 		return math.MaxInt
 	}
-	// Left to do: the buckets not read and their entries, then the
+	// Left to do: the buckets not read and their entries (as many per
+	// bucket as those read so far held, or as the plan counts, if more: a
+	// flood's unproven newcomers hold places it does not count), then the
 	// arithmetic.
 	unread := int64(r.nb - s.bucket)
-	left := unread + n*unread/int64(r.nb) + max(0, n*mathPerClient-s.stepped)/mathPerEntry
+	perBucket := 1 + n/int64(r.nb)
+	if s.bucket > 0 {
+		perBucket = max(perBucket, s.read/int64(s.bucket))
+	}
+	left := unread*perBucket + max(0, n*mathPerClient-s.stepped)/mathPerEntry
 	return int(max(sliceWork, left/slices))
 }
 
@@ -1299,6 +1337,9 @@ func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
 		err = r.prove(e, t, 0)
 	default: // new, or returning after expiry
 		if step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerNew); step == stepTableFull {
+			if r.plan.provisional {
+				return waiting, nil // (see errFullForNow)
+			}
 			r.markRead(h)
 			return refused, nil
 		}
@@ -1308,6 +1349,8 @@ func (r *view) arrive(t int64, h uint64, cost int64) (arrival, error) {
 	switch {
 	case errors.Is(err, errFull):
 		return refused, nil
+	case errors.Is(err, errFullForNow):
+		return waiting, nil
 	case errors.Is(err, errCorrupt):
 		// The plan made now resets the bucket: the next request may
 		// register again.
@@ -1414,7 +1457,7 @@ func (r *view) closedTo(t int64, h uint64) bool {
 		return false
 	}
 	step, _ := transition(&r.plan, r.cfg, t, r.behind(t), callerNew)
-	return step == stepTableFull || (m.waitingFull && step != stepRoll)
+	return step == stepTableFull && !r.plan.provisional || (m.waitingFull && step != stepRoll)
 }
 
 // find looks a client up: its bucket and entry, if it has one.
