@@ -38,6 +38,21 @@ func largeTable(t *testing.T, inPlace int) (*Limiter, *countingStore, *rollovers
 	return l, store, obs, cfg
 }
 
+// declared is a limiter on a store of its own with n clients declared at
+// t0, and their ids.
+func declared(t testing.TB, cfg Config, n int) (*Limiter, []string) {
+	t.Helper()
+	l, err := New(cfg, NewMemStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := clientIDs(n)
+	if err := l.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	return l, ids
+}
+
 // A request that crosses into a new window over a large table publishes a
 // provisional plan without reading the table; ticks then read the table
 // and compute the plan a slice at a time, and replace it with the plan,
@@ -222,19 +237,7 @@ func TestOneWorkerReadsTheTable(t *testing.T) {
 		}
 	})
 	t.Run("takeover", func(t *testing.T) {
-		cfg := Defaults(1_000_000, time.Second)
-		cfg.MaxClients = MaxClientsCap
-		mem := NewMemStore()
-		a, _ := New(cfg, mem)
-		b, _ := New(cfg, mem)
-		ids := clientIDs(MaxClientsCap)
-		if err := a.RegisterAt(t0, ids...); err != nil {
-			t.Fatal(err)
-		}
-		a.AdmitAt(t0.Add(time.Millisecond), ids[0])
-		b.AdmitAt(t0.Add(time.Millisecond), ids[1])
-		start := t0.Add(cfg.Cycle)
-		a.AdmitAt(start, ids[2])
+		a, b, start, cfg := fullTableRolledBy(t, nil)
 		// a's ticks come late, every 10 ms; b ticks at its own period.
 		for d := 100 * time.Millisecond; a.view.plan.provisional && d < cfg.Cycle; d += 2 * PlanTick {
 			a.PlanAt(start.Add(d))
@@ -249,6 +252,35 @@ func TestOneWorkerReadsTheTable(t *testing.T) {
 			t.Error("a never completed the plan")
 		}
 	})
+}
+
+// fullTableRolledBy is two workers a and b over 100,000 declared clients
+// on 1 s windows, each having seen one, and a's request rolling the
+// second window provisionally at start; b's store is wrap's (nil: the
+// same).
+func fullTableRolledBy(t *testing.T, wrap func(Store) Store) (a, b *Limiter, start time.Time, cfg Config) {
+	t.Helper()
+	cfg = Defaults(1_000_000, time.Second)
+	cfg.MaxClients = MaxClientsCap
+	mem := NewMemStore()
+	bs := Store(mem)
+	if wrap != nil {
+		bs = wrap(mem)
+	}
+	a, _ = New(cfg, mem)
+	b, _ = New(cfg, bs)
+	ids := clientIDs(MaxClientsCap)
+	if err := a.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	a.AdmitAt(t0.Add(time.Millisecond), ids[0])
+	b.AdmitAt(t0.Add(time.Millisecond), ids[1])
+	start = t0.Add(cfg.Cycle)
+	a.AdmitAt(start, ids[2])
+	if !a.view.plan.provisional || !a.Planning() {
+		t.Fatalf("a did not roll provisionally: %+v", a.view.plan)
+	}
+	return a, b, start, cfg
 }
 
 // A plan read in slices ends the slices: a provisional re-plan that the
@@ -350,14 +382,7 @@ func TestSlicesMeetTheirDeadlineWhateverTheTicks(t *testing.T) {
 func TestARollOverAProvisionalPlanIsPlannedInPlace(t *testing.T) {
 	cfg := Defaults(1_000_000, time.Second)
 	cfg.MaxClients = 2048
-	l, err := New(cfg, NewMemStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := clientIDs(2048)
-	if err := l.RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
+	l, ids := declared(t, cfg, 2048)
 	l.AdmitAt(t0.Add(time.Millisecond), ids[0])
 	provisional := 0
 	for w := 1; w <= cfg.IdleCycles+3; w++ { // only client-0 asks; nobody ticks

@@ -16,14 +16,7 @@ import (
 func TestAProofBehindTheReadStaysPending(t *testing.T) {
 	cfg := Defaults(100_000, time.Second)
 	cfg.MaxClients = 2100
-	l, err := New(cfg, NewMemStore())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := clientIDs(2048)
-	if err := l.RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
+	l, ids := declared(t, cfg, 2048)
 	for _, id := range ids {
 		l.AdmitAt(t0.Add(time.Millisecond), id)
 	}
@@ -79,45 +72,6 @@ func TestAProofBehindTheReadStaysPending(t *testing.T) {
 	}
 }
 
-// A roll over a provisional re-plan (a newcomer late in the window)
-// carries the parameters, and its publisher reads the table for it.
-func TestARollOverAProvisionalReplanIsRead(t *testing.T) {
-	l, store, _, cfg := largeTable(t, planInPlaceMax)
-	w1 := t0.Add(cfg.Cycle)
-	l.AdmitAt(w1, "client-7")
-	for at := w1.Add(PlanTick); l.view.plan.provisional; at = at.Add(PlanTick) {
-		if at.Sub(w1) > cfg.Cycle/2 {
-			t.Fatal("the first plan was not read within half a window")
-		}
-		l.PlanAt(at)
-	}
-	l.AdmitAt(w1.Add(cfg.Cycle*9/10), "late-newcomer") // a provisional re-plan, read by l
-	if !l.view.plan.provisional || !l.Planning() {
-		t.Fatalf("late newcomer: %+v, planning %v", l.view.plan, l.Planning())
-	}
-	w2 := w1.Add(cfg.Cycle)
-	l.AdmitAt(w2, "client-7") // the roll over it: provisional, carried
-	if p := l.view.plan; !p.provisional || !p.carried {
-		t.Fatalf("the roll: %+v", p)
-	}
-	l.PlanAt(w2.Add(PlanTick / 2))
-	if !l.Planning() {
-		t.Errorf("nobody reads the provisional roll published over a provisional re-plan (%+v)", l.view.plan)
-	}
-	// The host: PlanAt every PlanTick while planning, housekeeping (TickAt)
-	// every 100 ms.
-	for d := PlanTick; d <= cfg.Cycle/2+PlanTick; d += PlanTick {
-		l.PlanAt(w2.Add(d))
-		if d%(100*time.Millisecond) == 0 {
-			l.TickAt(w2.Add(d))
-		}
-	}
-	if l.view.plan.provisional {
-		t.Errorf("the provisional roll at %v is still provisional half a window later (%+v)", w2, l.view.plan)
-	}
-	_ = store
-}
-
 // A provisional plan whose reader stopped is taken over three quarters
 // of a window on, and the taker publishes the plan read in slices before
 // the window ends: the next roll is provisional again, not planned in
@@ -126,23 +80,9 @@ func TestATakeoverCompletesWithinTheWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 clients")
 	}
-	cfg := Defaults(1_000_000, time.Second)
-	cfg.MaxClients = MaxClientsCap
-	mem := NewMemStore()
-	cb := &countingStore{Store: mem}
-	a, _ := New(cfg, mem)
-	b, _ := New(cfg, cb)
-	ids := clientIDs(MaxClientsCap)
-	if err := a.RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
-	a.AdmitAt(t0.Add(time.Millisecond), ids[0])
-	b.AdmitAt(t0.Add(time.Millisecond), ids[1])
-	start := t0.Add(cfg.Cycle)
-	a.AdmitAt(start, ids[2]) // a publishes the provisional roll, and its VM dies
-	if !a.view.plan.provisional || !a.Planning() {
-		t.Fatalf("a: %+v", a.view.plan)
-	}
+	var cb *countingStore
+	_, b, start, cfg := fullTableRolledBy(t, func(s Store) Store { cb = &countingStore{Store: s}; return cb })
+	// a published the provisional roll, and its VM died.
 	took := time.Duration(-1)
 	for d := PlanTick; d < cfg.Cycle; d += PlanTick { // b ticks at PlanTick from the start (generous)
 		b.TickAt(start.Add(d))
@@ -153,7 +93,7 @@ func TestATakeoverCompletesWithinTheWindow(t *testing.T) {
 	}
 	t.Logf("b took over at +%v; provisional at the window's end: %v", took, b.view.plan.provisional)
 	cb.ops.Store(0)
-	b.AdmitAt(start.Add(cfg.Cycle), ids[3])
+	b.AdmitAt(start.Add(cfg.Cycle), "client-3")
 	if ops := cb.ops.Load(); ops > 64 {
 		t.Errorf("the request that rolled the next window made %d store operations (table: %d buckets): planned in place", ops, b.view.nb)
 	}
