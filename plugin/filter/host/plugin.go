@@ -168,10 +168,10 @@ func (p *pluginContext) OnTick() {
 	if p.filter == nil {
 		return
 	}
-	aged := p.period() // (what brought this tick)
+	aged, fast := p.period(), p.planning // (what brought this tick)
 	p.setPlanning(p.filter.Plan())
 	p.serveHeld(false, aged)
-	if p.planning {
+	if fast && p.planning {
 		// (A clock that stepped back reads a negative time since: due.)
 		now := p.filter.Now()
 		if since := now.Sub(p.lastTick); since >= 0 && since < p.tick-engine.PlanTick/2 {
