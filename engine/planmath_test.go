@@ -78,9 +78,9 @@ func TestWeightedLevelMeetsItsDefinition(t *testing.T) {
 		}
 		c := float64(1 + rng.IntN(400))
 		level := weightedLevel(c, d, w)
-		if total <= c {
+		if total < c {
 			if level != c {
-				t.Errorf("seed %d: every demand fits (%v ≤ %v), level %v, want %v", seed, total, c, level, c)
+				t.Errorf("seed %d: every demand fits (%v < %v), level %v, want %v", seed, total, c, level, c)
 			}
 			continue
 		}
@@ -90,6 +90,27 @@ func TestWeightedLevelMeetsItsDefinition(t *testing.T) {
 		}
 		if math.Abs(filled-c) > 1e-6*c {
 			t.Errorf("seed %d: Σ wᵢ·min(dᵢ/wᵢ, %v) = %v, want %v", seed, level, filled, c)
+		}
+	}
+}
+
+// When the demands fill the capacity exactly, the level is the lowest that
+// does, the largest demand (per weight unit), as the sorted walk the
+// search replaced gave: above it, a client wanting more would borrow in
+// step with the whole capacity rather than with its level (the fair
+// policy's step scenario is such a window: 10 + 3 × 30 = 100).
+func TestWeightedLevelOfDemandsThatFillTheCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		d, w []float64
+		want float64
+	}{
+		{[]float64{10, 30, 30, 30}, nil, 30},
+		{[]float64{30, 10, 30, 30}, nil, 30},
+		{[]float64{60, 40}, []float64{2, 1}, 40},
+		{[]float64{100}, nil, 100},
+	} {
+		if got := weightedLevel(100, tc.d, tc.w); got != tc.want {
+			t.Errorf("weightedLevel(100, %v, %v) = %v, want %v", tc.d, tc.w, got, tc.want)
 		}
 	}
 }

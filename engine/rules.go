@@ -990,7 +990,7 @@ func (r *spreadRounds) finishRound() {
 // weightedLevel) a step at a time: a quickselect over the units dᵢ/wᵢ.
 // Each round partitions the clients not yet placed around a pivot unit,
 // three ways, and places a side whole: below the level (demand met) when
-// the level is at least the pivot, else above it (held to the level). With
+// the level is above the pivot, else above it (held to the level). With
 // none left, L = (c − Σ dᵢ below) / Σ wᵢ above, or c when all fit.
 type levelSearch struct {
 	c             float64
@@ -1050,8 +1050,11 @@ func (s *levelSearch) step(budget int) int {
 			break
 		}
 		s.active = false
-		if s.below+s.less+s.pivot*(s.atW+s.moreW+s.aboveW) <= s.c {
-			s.below += s.less + s.atD // the level is at least the pivot
+		if s.below+s.less+s.pivot*(s.atW+s.moreW+s.aboveW) < s.c {
+			// The level is above the pivot. (At it exactly, the pivot's
+			// clients are held to it: the level is the lowest that fills
+			// the capacity.)
+			s.below += s.less + s.atD
 			s.lo = s.gt
 		} else {
 			s.aboveW += s.atW + s.moreW
@@ -1658,7 +1661,8 @@ func validatePerClient[T any](field string, m map[string]T, bad func(T) string) 
 }
 
 // weightedLevel is the water level L per weight unit with
-// Σ wᵢ·min(dᵢ/wᵢ, L) = capacity, or capacity when everything fits.
+// Σ wᵢ·min(dᵢ/wᵢ, L) = capacity (the lowest such L), or capacity when
+// the demands sum to less.
 func weightedLevel(capacity float64, demands, weights []float64) float64 {
 	var ls levelSearch
 	var order []int // (per call: tools and tests call it concurrently)
