@@ -1221,6 +1221,9 @@ func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
 	next.provisional = true
 	next.carried = !next.replan || cur.carried
 	next.capacity, next.n = capacity, cur.n+cur.pending
+	if next.promoted != 0 {
+		next.n++ // (the unproven newcomer whose request made it: counted, not pending)
+	}
 	next.params, next.spread = cur.params, cur.spread
 	next.scale = 1
 	if next.replan {
@@ -1233,7 +1236,11 @@ func provisional(next, cur *plan, capacity int64, inPlaceMax int) bool {
 // on besides the capacity and the clients' demand: the policy, the
 // reservation, pacing, weights and caps (see provisional).
 func sharePrint(c *Config) uint64 {
-	h := mixWord(clientHash(c.policy().Name()), math.Float64bits(c.Reservation))
+	reservation := c.Reservation
+	if s, ok := c.policy().(Seed); ok {
+		reservation = s.Reservation // (the policy's own, which Config.Reservation sets by default)
+	}
+	h := mixWord(clientHash(c.policy().Name()), math.Float64bits(reservation))
 	pace := uint64(0)
 	if c.Pace {
 		pace = 1

@@ -303,7 +303,9 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		closed          WindowFairness
 	)
 	published, err := r.publish(func(read plan, corrupt bool) (*plan, error) {
-		taken, cur = stepStay, read
+		// (Afresh at every attempt: one that lost its CAS may publish
+		// another kind of plan.)
+		taken, cur, found, completes, closed = stepStay, read, scanned{}, false, WindowFairness{}
 		v, vcas, vcorrupt, err := r.readBudget()
 		if err != nil {
 			return nil, err
