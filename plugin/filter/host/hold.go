@@ -17,8 +17,8 @@ import (
 type held struct {
 	h     *httpContext // nil once let go
 	o     filter.Outcome
-	since time.Time // when it arrived
-	due   time.Time // when it is decided again
+	since time.Time     // when it arrived
+	due   time.Time     // when it is decided again
 	aged  time.Duration // the tick periods since it arrived: its age on a clock that cannot step
 }
 
