@@ -200,26 +200,30 @@ func (l *Limiter) TickAt(now time.Time) {
 	l.view.tick(l.read(now))
 }
 
-// PlanAt reads the next slice of a plan over a large table, when this
-// worker reads one, and reports whether it still does: until then the
-// host should call it every PlanTick. (TickAt reads a slice too, so a
-// host that only ticks completes the plan, later.) A request never reads
-// the table: over a large one, it publishes a provisional plan, which the
-// plan read in slices replaces.
+// PlanAt does the next part of the work a plan needs, while this worker
+// has some (Planning), and reports whether it still has: until then the
+// host should call it every PlanTick. That is a slice of a plan over a
+// large table (a request never reads the table: over a large one, it
+// publishes a provisional plan, which the plan read in slices replaces),
+// and, in a window's last quarter, the demand its clients far below their
+// share did not write on their requests. (TickAt does a part too, so a
+// host that only ticks completes both, later.)
 func (l *Limiter) PlanAt(now time.Time) bool {
 	if !l.Planning() {
 		return false // (no store operation: a tick takes over a stopped worker's plan)
 	}
 	real := l.read(now)
 	if err := l.view.refresh(real); err != nil {
-		return l.view.sliced.roll != 0
+		return l.Planning()
 	}
-	return l.view.slice(real)
+	reading := l.view.slice(real)
+	return l.view.writeDeferred(real+l.view.plan.shift, 0) || reading
 }
 
-// Planning reports whether this worker reads a plan a slice at a time
-// (PlanAt).
-func (l *Limiter) Planning() bool { return l.view.sliced.roll != 0 }
+// Planning reports whether this worker has work for PlanAt: a plan it
+// reads a slice at a time, or demand it writes in the last quarter of a
+// window (deferredDemand), which the next plan reads.
+func (l *Limiter) Planning() bool { return l.view.sliced.roll != 0 || l.view.deferred.writing }
 
 // RegisterAt declares clients at now, as if each had sent a request but
 // without counting demand: the simulator and tests use it to start a
@@ -347,15 +351,21 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 		cs.reset(p.window)
 	}
 	current := cs.plan == p.id
+	// A lease is units the window's budget and the client's entry already
+	// granted, so spending it under a later plan of the same window keeps
+	// both invariants. A client far below its share does: re-syncing every
+	// such client after each re-plan (a plan over a large table read in
+	// slices is two) would cost a store write each.
+	spendable := current || cs.roomy && cs.plan != 0
 	cs.unflushed += cost
 	l.view.markDirty(cs)
 	if cs.unusable == p.id && !cs.flushDue() {
 		return l.overLimit(t, cs)
 	}
-	if current && cs.lease >= cost {
+	if spendable && cs.lease >= cost {
 		cs.lease -= cost
 		cs.used = true
-		if cs.flushDue() {
+		if cs.flushDue() && !l.view.deferDemand(cs, t) {
 			l.view.sync(cs, 0, false, t)
 		}
 		return l.admit(t, cs)

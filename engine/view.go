@@ -59,8 +59,10 @@ type view struct {
 	marksFrom  uint64
 	scratch    planScratch
 	sliced     planSlices // a plan over a large table this worker reads a slice at a time
-	inPlaceMax int        // planInPlaceMax (a test sets another)
-	sharePrint uint64     // sharePrint of cfg: the plans this worker computes carry it
+	deferred   deferredDemand
+	wrote      []*clientState // writeBucketDemand's scratch
+	inPlaceMax int            // planInPlaceMax (a test sets another)
+	sharePrint uint64         // sharePrint of cfg: the plans this worker computes carry it
 }
 
 // stuckClock: the clock has read before the view's window (of roll roll)
@@ -137,6 +139,7 @@ func (r *view) useTable(nb int) {
 	}
 	r.nb, r.prefix, r.keys = nb, tablePrefix(r.cfg, nb), make([]string, nb)
 	r.marks = nil
+	r.dropDeferred()
 	r.forgetRead()
 	clear(r.clients)
 	clear(r.older)
@@ -942,6 +945,11 @@ type clientState struct {
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
 	roomy     bool   // far below its share at the last sync (roomy)
+	// deferred is the window in which its demand waits in the closing
+	// writes (see deferredDemand); next is the client after it in its
+	// bucket's list there.
+	deferred int64
+	next     *clientState
 }
 
 // reset starts the client's state afresh for window k: leases and counts of
@@ -1003,34 +1011,8 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			return false, nil
 		}
 		e = bkt.entries[i]
-		switch {
-		case e.plan > p.id:
-			res = syncStale
-		case !registered(&e, p):
-			res = syncPending
-		case expired(&e, p, r.cfg) || retired(&e, p, r.cfg) && cs.unflushed == 0 && cs.lease <= 0:
-			// (A one-shot id this worker has seen ask again is proven
-			// below, by the demand it writes, rather than retired; one it
-			// holds a lease for hands the lease back first.)
-			res = syncGone
-		case e.plan < p.id:
-			rebase(&e, p, r.pol, r.cfg)
-		}
-		if res != syncOK {
+		if res = r.writeDemand(&e, cs); res != syncOK {
 			return false, nil
-		}
-		if cs.window != e.window || cs.created != e.created {
-			// Counts and leases of another window, or of an earlier entry
-			// of this client (its bucket was reset), are over here.
-			cs.reset(e.window)
-			cs.created = e.created
-		}
-		e.demand += cs.unflushed
-		if e.demand > 0 {
-			e.active = max(e.active, e.window)
-		}
-		if e.tries == 1 && askedAgain(&e, r.cfg) {
-			e.tries = 2
 		}
 		ret, take, budgetShort = 0, 0, false
 		if returnLease {
@@ -1117,6 +1099,42 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	return syncOK
 }
 
+// writeDemand is the part of every write of a client's entry that comes
+// first: it checks entry e of cs under the view's plan (rebasing an entry of
+// an older plan), starts cs afresh when e counts another window, and adds
+// the demand cs has not written yet. Any result but syncOK leaves e as it
+// was. The caller writes e back, then moves cs.unflushed to cs.flushed.
+func (r *view) writeDemand(e *entry, cs *clientState) syncResult {
+	p := &r.plan
+	switch {
+	case e.plan > p.id:
+		return syncStale
+	case !registered(e, p):
+		return syncPending
+	case expired(e, p, r.cfg) || retired(e, p, r.cfg) && cs.unflushed == 0 && cs.lease <= 0:
+		// (A one-shot id this worker has seen ask again is proven
+		// below, by the demand it writes, rather than retired; one it
+		// holds a lease for hands the lease back first.)
+		return syncGone
+	case e.plan < p.id:
+		rebase(e, p, r.pol, r.cfg)
+	}
+	if cs.window != e.window || cs.created != e.created {
+		// Counts and leases of another window, or of an earlier entry
+		// of this client (its bucket was reset), are over here.
+		cs.reset(e.window)
+		cs.created = e.created
+	}
+	e.demand += cs.unflushed
+	if e.demand > 0 {
+		e.active = max(e.active, e.window)
+	}
+	if e.tries == 1 && askedAgain(e, r.cfg) {
+		e.tries = 2
+	}
+	return syncOK
+}
+
 // take draws up to n units from the window budget (adjust), then through pacing (paced), and
 // gives back what pacing held. It returns errStale when the budget belongs
 // to a newer plan's window than the view, and ErrRetriesExhausted under
@@ -1171,6 +1189,7 @@ func (r *view) tick(real int64) {
 	}
 	t := real + r.plan.shift
 	r.tickClients(t)
+	r.writeDeferred(t, 0)
 	if r.slice(real) || r.plan.provisional {
 		return
 	}
@@ -1187,7 +1206,9 @@ func (r *view) tickClients(t int64) {
 		// An unused chunk of a roomy client stays: returning it and leasing
 		// again would cost two writes, and its share is far from out.
 		idle := cs.lease > 0 && !cs.used && !cs.keeps()
-		if cs.window == r.plan.window && cs.plan != 0 && (cs.unflushed > 0 || idle) {
+		// Demand that waits for the closing writes is written there.
+		unwritten := cs.unflushed > 0 && !r.waits(cs)
+		if cs.window == r.plan.window && cs.plan != 0 && (unwritten || idle) {
 			r.sync(cs, 0, idle, t)
 		}
 		cs.used = false
@@ -1195,7 +1216,7 @@ func (r *view) tickClients(t int64) {
 		// next request puts it back in the list (markDirty). So the list, and
 		// a tick's work, is the clients that asked since the last tick,
 		// not every client holding a chunk.
-		if cs.window == r.plan.window && (cs.unflushed > 0 || cs.lease > 0 && !cs.keeps()) {
+		if cs.window == r.plan.window && (unwritten || cs.lease > 0 && !cs.keeps()) {
 			keep = append(keep, cs)
 		} else {
 			cs.dirty = false
@@ -1212,6 +1233,7 @@ func (cs *clientState) keeps() bool { return cs.roomy && cs.lease <= leaseChunk 
 // flush writes back this worker's demand before it plans a new window, so
 // that the plan counts it.
 func (r *view) flush(t int64) {
+	r.writeDeferred(t, -1)
 	for _, cs := range r.dirty {
 		if cs.unflushed > 0 && cs.window == r.plan.window && cs.plan != 0 {
 			r.sync(cs, 0, false, t)
@@ -1234,6 +1256,185 @@ func (r *view) markDirty(cs *clientState) {
 // tick, in one callback.)
 func (cs *clientState) flushDue() bool {
 	return cs.unflushed > 0 && cs.unflushed >= max(1, cs.flushed/flushDivisor)
+}
+
+// Demand written late: a client far below its share (roomy) that is
+// admitted from its lease writes no demand on its request. Only the plans
+// read demand, and the plan of the next window reads it at the window's
+// end, so the worker writes it then, once per bucket rather than once per
+// request: over the window's last quarter, on fast ticks
+// (Limiter.PlanAt), a bounded number of buckets at a time (the closing
+// writes). Once its bucket is written, or all are, a client's demand is
+// written at once again (flushDue), so a client asking late is not left
+// out. Only the plans' inputs wait: leases, and so both invariants, are as
+// before. Demand still unwritten when the window is over (the ticks came
+// too late) is lost, as a heavy client's last 1/flushDivisor is: the
+// client lends a little more in the next plan, and keeps its reservation.
+type deferredDemand struct {
+	window   int64          // the window the lists hold demand of
+	heads    []*clientState // by bucket: the first of its clients with demand waiting, or bucketWritten
+	buckets  []int32        // the buckets with demand waiting, in the order they came
+	done     int            // buckets[:done] are written
+	writing  bool           // the window's last quarter has begun and buckets are left
+	finished bool           // the closing writes wrote every bucket listed
+}
+
+// bucketWritten marks, in deferredDemand.heads, a bucket the closing writes
+// have written.
+var bucketWritten = &clientState{}
+
+// closingDivisor: demand waits until the last 1/closingDivisor of a window.
+const closingDivisor = 4
+
+// closing reports whether shifted time t is in the last quarter of the
+// view's window.
+func (r *view) closing(t int64) bool {
+	start, end := planWindow(&r.plan, r.cfg)
+	return t >= end-(end-start)/closingDivisor
+}
+
+// deferDemand reports whether the demand cs has not written may wait for
+// the closing writes, and puts cs in its bucket's list if so.
+func (r *view) deferDemand(cs *clientState, t int64) bool {
+	if !cs.roomy || cs.window != r.plan.window {
+		return false
+	}
+	d := &r.deferred
+	if d.window != r.plan.window || len(d.heads) != r.nb {
+		r.dropDeferred()
+		d.window = r.plan.window
+	}
+	if d.heads == nil {
+		d.heads = make([]*clientState, r.nb)
+	}
+	if r.closing(t) && (d.finished || d.heads[cs.bucket] == bucketWritten) {
+		return false
+	}
+	if cs.deferred == d.window {
+		return true
+	}
+	if d.heads[cs.bucket] == nil {
+		d.buckets = append(d.buckets, int32(cs.bucket))
+	}
+	cs.deferred, cs.next, d.heads[cs.bucket] = d.window, d.heads[cs.bucket], cs
+	return true
+}
+
+// dropDeferred forgets the lists (a new window or table): what they still
+// hold is lost.
+func (r *view) dropDeferred() {
+	d := &r.deferred
+	for _, b := range d.buckets {
+		if int(b) < len(d.heads) {
+			d.heads[b] = nil
+		}
+	}
+	if len(d.heads) != r.nb {
+		d.heads = nil
+	}
+	*d = deferredDemand{heads: d.heads, buckets: d.buckets[:0]}
+}
+
+// waits reports whether cs's demand is in the closing writes' lists.
+func (r *view) waits(cs *clientState) bool {
+	return cs.deferred == r.plan.window && r.deferred.window == r.plan.window
+}
+
+// writeDeferred writes the waiting demand of at most most buckets (all when
+// most < 0), once the view's window is in its last quarter at t, and
+// reports whether buckets are left for later calls.
+func (r *view) writeDeferred(t int64, most int) bool {
+	d := &r.deferred
+	if d.window != r.plan.window {
+		if len(d.buckets) > 0 {
+			r.dropDeferred()
+		}
+		return false
+	}
+	if !r.closing(t) || d.done == len(d.buckets) {
+		d.writing = false
+		d.finished = d.finished || r.closing(t)
+		return false
+	}
+	if most == 0 {
+		most = r.closingWork(t)
+	}
+	for ; d.done < len(d.buckets) && most != 0; most-- {
+		b := int(d.buckets[d.done])
+		d.done++
+		head := d.heads[b]
+		d.heads[b] = bucketWritten
+		r.writeBucketDemand(b, head)
+	}
+	d.writing = d.done < len(d.buckets)
+	d.finished = !d.writing
+	return d.writing
+}
+
+// closingWork is how many buckets a closing write takes at t: what is left,
+// spread over the PlanTicks until three quarters of the time left to the
+// window's end, and at least minClosingWork.
+func (r *view) closingWork(t int64) int {
+	d := &r.deferred
+	_, end := planWindow(&r.plan, r.cfg)
+	calls := max(1, (end-t)*3/4/int64(PlanTick))
+	left := int64(len(d.buckets) - d.done)
+	return int(max(minClosingWork, (left+calls-1)/calls))
+}
+
+// minClosingWork: a closing write takes at least this many buckets.
+const minClosingWork = 16
+
+// writeBucketDemand writes the waiting demand of the clients listed from
+// head, all in bucket b, with one read-modify-write of the bucket.
+func (r *view) writeBucketDemand(b int, head *clientState) {
+	wrote := r.wrote[:0]
+	any := false
+	for cs := head; cs != nil; cs = cs.next {
+		any = any || cs.unflushed > 0 && r.client(cs.hash) == cs && cs.bucket == b
+	}
+	if any && b < r.nb {
+		err := r.updateBucket(b, nil, func(bkt *bucketVal, missing bool) (bool, error) {
+			wrote = wrote[:0]
+			for cs := head; cs != nil && !missing; cs = cs.next {
+				if cs.unflushed <= 0 || r.client(cs.hash) != cs || cs.bucket != b {
+					continue
+				}
+				for i := range bkt.entries {
+					if bkt.entries[i].hash != cs.hash {
+						continue
+					}
+					e := bkt.entries[i]
+					if r.writeDemand(&e, cs) == syncOK {
+						bkt.entries[i] = e
+						wrote = append(wrote, cs)
+					}
+					break
+				}
+			}
+			return len(wrote) > 0, nil
+		})
+		if err != nil {
+			wrote = wrote[:0]
+		}
+	}
+	for _, cs := range wrote {
+		cs.flushed += cs.unflushed
+		cs.unflushed = 0
+	}
+	// The rest (not written: the store failed, or the entry is under a
+	// newer plan or gone) is out of the lists: its next request or tick
+	// writes it as it would any client's.
+	for cs := head; cs != nil; {
+		next := cs.next
+		cs.deferred, cs.next = 0, nil
+		if cs.unflushed > 0 {
+			r.markDirty(cs)
+		}
+		cs = next
+	}
+	clear(wrote)
+	r.wrote = wrote[:0]
 }
 
 // Clients the worker holds no state for: arrive finds or registers them.
