@@ -142,6 +142,70 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // units for the window: on the safe side.
 func (r *view) give(n int64) { _, _, _, _ = r.adjust(-n, borrowGate{}, nil) }
 
+// The pool: units a worker took from the window budget ahead of its roomy
+// clients' chunks, so that a chunk costs no budget operation. A worker asks
+// for a pool chunk beside a roomy client's lease, and only while its last
+// take saw poolRoom units left: W workers then hold at most W·poolChunk
+// units that nobody uses, out of at least poolRoom. A pool not drawn from
+// since the last tick goes back to the budget; a pool of a window that is
+// over is forgotten, never given to the next window's budget. Every pooled
+// unit was granted by the budget under its CAS, so the window invariant
+// holds as for any lease.
+type budgetPool struct {
+	roll  uint64 // the roll of the window whose budget granted the units
+	units int64
+	used  bool // drawn from since the last tick
+}
+
+const (
+	poolChunk = 8 * leaseChunk // units a worker asks for its pool at once
+	poolRoom  = 64 * poolChunk // budget left that a pool needs to be filled
+)
+
+// draw takes up to n units from the pool.
+func (r *view) draw(n int64) int64 {
+	q := &r.pool
+	if q.roll != r.plan.roll {
+		*q = budgetPool{}
+		return 0
+	}
+	m := min(n, q.units)
+	q.units -= m
+	q.used = q.used || m > 0
+	return m
+}
+
+// poolAsk is how many units to take from the budget for the pool beside a
+// roomy client's lease.
+func (r *view) poolAsk() int64 {
+	if r.seen.window != r.plan.window || r.seen.left-r.seen.granted < poolRoom || r.pool.roll == r.plan.roll && r.pool.units > 0 {
+		return 0
+	}
+	return poolChunk
+}
+
+// stash keeps in the pool n units taken from the view's window budget.
+func (r *view) stash(n int64) {
+	if r.pool.roll != r.plan.roll {
+		r.pool = budgetPool{roll: r.plan.roll}
+	}
+	r.pool.units += n
+}
+
+// returnPool, on a tick, gives the pool back when it was not drawn from
+// since the last tick.
+func (r *view) returnPool() {
+	q := &r.pool
+	switch {
+	case q.roll != r.plan.roll:
+		*q = budgetPool{}
+	case q.units > 0 && !q.used:
+		r.give(q.units)
+		q.units = 0
+	}
+	q.used = false
+}
+
 // budgetSeen is the budget as the last take left it, for the Retry-After
 // of a client it left short (view.take): granted of left (the capacity in
 // force), what of the rest is owed, and whether what the fleet holds is

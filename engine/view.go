@@ -60,6 +60,7 @@ type view struct {
 	scratch    planScratch
 	sliced     planSlices // a plan over a large table this worker reads a slice at a time
 	deferred   deferredDemand
+	pool       budgetPool     // see draw
 	wrote      []*clientState // writeBucketDemand's scratch
 	inPlaceMax int            // planInPlaceMax (a test sets another)
 	sharePrint uint64         // sharePrint of cfg: the plans this worker computes carry it
@@ -979,9 +980,13 @@ const (
 func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
 	p := &r.plan
 	var inHand int64 // budget units taken and not yet in the entry
+	pooled := false  // a roomy client's lease: inHand draws from and goes to the pool
 	var h held
 	defer func() {
-		if inHand > 0 {
+		switch {
+		case inHand > 0 && pooled:
+			r.stash(inHand)
+		case inHand > 0:
 			r.give(inHand)
 		}
 	}()
@@ -1022,11 +1027,18 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		if need > 0 {
 			want, paceAt := leaseWant(r.pol, r.cfg, p, &e, need, cs.flushed+cs.unflushed, t)
 			h.paceAt = max(h.paceAt, paceAt)
+			if pooled = roomy(r.pol, r.cfg, &e); pooled && want > inHand {
+				inHand += r.draw(want - inHand)
+			}
 			if want > inHand {
+				var extra int64
+				if pooled {
+					extra = r.poolAsk()
+				}
 				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, e.prev, t)
 				// (again: an attempt before this one booked for the
 				// request, and its booking is no early ask.)
-				got, took, err := r.take(want-inHand, need-inHand, t, gate, e.hash, h.booked)
+				got, took, err := r.take(want-inHand+extra, need-inHand, t, gate, e.hash, h.booked)
 				h.clipped = h.clipped || took.clipped
 				h.booked, h.turnAt = took.booked, took.turnAt
 				h.paceAt = max(h.paceAt, took.paceAt)
@@ -1189,6 +1201,7 @@ func (r *view) tick(real int64) {
 	}
 	t := real + r.plan.shift
 	r.tickClients(t)
+	r.returnPool()
 	r.writeDeferred(t, 0)
 	if r.slice(real) || r.plan.provisional {
 		return
