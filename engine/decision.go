@@ -68,9 +68,11 @@ type Decision struct {
 	// Reason says why. A store failure admits (WouldReject false) unless
 	// FailureModeDeny is set.
 	Reason Reason
-	// Limit is the client's share for the window under the current plan:
-	// what it may be granted in the window in all (0 when unknown, as for
-	// anonymous requests and newcomers that are not counted yet).
+	// Limit is the client's share for the window: what it may be granted
+	// in the window in all (0 when unknown, as for anonymous requests and
+	// newcomers that are not counted yet). It is the share under the
+	// current plan, or for a client far below its share spending units
+	// leased under an earlier plan of the window, under that plan (Plan).
 	Limit int64
 	// Remaining is what the client may still send this window, as far as
 	// this worker knows: exact for a single worker; for several, this

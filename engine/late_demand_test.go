@@ -160,3 +160,114 @@ func TestALeaseOutlivesAReplan(t *testing.T) {
 		t.Errorf("a's entry: granted %d, share %d, demand %d (asked 2)", e.granted, e.share, e.demand)
 	}
 }
+
+// A clock that jumps plans the next window at once (flush): the demand
+// listed for the closing writes is written first, whatever the time.
+func TestAJumpWritesTheListedDemand(t *testing.T) {
+	cfg := Defaults(1<<20, 10*time.Second)
+	cfg.MinCycle = time.Second
+	cfg.MaxClients = 16
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.Add(cfg.Cycle)
+	l.TickAt(start)
+	send(l, start.Add(time.Second), "a", 3)
+	l.TickAt(start.Add(2 * time.Second))
+	window := l.view.plan.window
+	// The clock steps back 15s and stays behind until the worker jumps.
+	back := start.Add(2*time.Second - 15*time.Second)
+	for at := back; l.view.plan.window == window && at.Before(back.Add(30*time.Second)); at = at.Add(500 * time.Millisecond) {
+		l.TickAt(at)
+	}
+	if l.view.plan.window == window {
+		t.Fatal("no jump")
+	}
+	if e := entryOf(t, l, "a"); e.demand != 3 && e.lastDemand != 3 {
+		t.Errorf("a's demand %d (last %d) after the jump, asked 3", e.demand, e.lastDemand)
+	}
+}
+
+// A newcomer seen once proves itself by the demand it writes, which
+// re-plans within the window read: its demand is not left for the closing
+// writes, and a re-plan long after it arrived still counts it.
+func TestAOneShotIDProvesItselfAtOnce(t *testing.T) {
+	cfg := Defaults(1<<20, time.Hour) // MinCycle: 1 min by default
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.Add(cfg.Cycle)
+	l.TickAt(start)
+	if d := l.AdmitAt(start.Add(5*time.Minute), "n"); !d.Allowed {
+		t.Fatalf("n not admitted at once: %+v", d)
+	}
+	for i := 0; i < 5; i++ {
+		if d := l.AdmitAt(start.Add(6*time.Minute+time.Duration(i)*time.Second), "n"); !d.Allowed {
+			t.Fatalf("n refused: %+v", d)
+		}
+	}
+	l.TickAt(start.Add(7 * time.Minute))
+	e := entryOf(t, l, "n")
+	t.Logf("n after 6 requests and a tick: tries %d demand %d share %d", e.tries, e.demand, e.share)
+	// A re-plan for another newcomer, 25 minutes after n arrived.
+	for i := 0; i < 3; i++ {
+		at := start.Add(30*time.Minute + time.Duration(i)*2*time.Minute)
+		l.AdmitAt(at, "m")
+		l.AdmitAt(at.Add(time.Second), "m")
+		l.TickAt(at.Add(2 * time.Second))
+	}
+	s := l.Snapshot()
+	share, counted := s.Clients[HashID("n")]
+	t.Logf("after the re-plan (plan %d): n counted %v share %d; a's share %d", s.Plan, counted, share, s.Clients[HashID("a")])
+	if e.tries != 2 {
+		t.Errorf("n asked 6 times: tries %d in its entry, want 2 (proven)", e.tries)
+	}
+	if !counted {
+		t.Errorf("n, asking all along, is not counted by the re-plan")
+	}
+}
+
+// A bucket the closing writes have written is written at once from then,
+// even when the clock steps back out of the last quarter: a list nobody
+// reads again would lose the demand.
+func TestAStepBackAfterTheClosingWritesLosesNothing(t *testing.T) {
+	cfg := Defaults(1<<20, 10*time.Second)
+	cfg.MinCycle = time.Second
+	cfg.MaxClients = 16
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.Add(cfg.Cycle)
+	l.TickAt(start)
+	send(l, start.Add(time.Second), "a", 3)
+	closing := start.Add(cfg.Cycle - cfg.Cycle/closingDivisor)
+	l.TickAt(closing)
+	for at := closing.Add(PlanTick); l.Planning(); at = at.Add(PlanTick) {
+		l.PlanAt(at)
+	}
+	if e := entryOf(t, l, "a"); e.demand != 3 {
+		t.Fatalf("a's demand %d after the closing writes, want 3", e.demand)
+	}
+	// The clock steps back 11s (over maxLag, 10s), and a asks once.
+	if d := l.AdmitAt(closing.Add(-11*time.Second), "a"); !d.Allowed {
+		t.Fatalf("a refused: %+v", d)
+	}
+	// The clock is right again; ticks come every PlanTick to the end.
+	_, end := planWindow(&l.view.plan, &l.cfg)
+	for at := closing.Add(time.Second); at.UnixNano() < end; at = at.Add(100 * time.Millisecond) {
+		l.TickAt(at)
+		for l.Planning() {
+			l.PlanAt(at)
+		}
+	}
+	if e := entryOf(t, l, "a"); e.demand != 4 {
+		t.Errorf("a's demand %d at the window's end, asked 4", e.demand)
+	}
+	l.TickAt(time.Unix(0, end).Add(time.Millisecond)) // the roll (flush)
+	if e := entryOf(t, l, "a"); e.demand != 4 && e.lastDemand != 4 {
+		t.Errorf("a's demand %d (last %d) after the roll, asked 4", e.demand, e.lastDemand)
+	}
+}

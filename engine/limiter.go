@@ -217,7 +217,7 @@ func (l *Limiter) PlanAt(now time.Time) bool {
 		return l.Planning()
 	}
 	reading := l.view.slice(real)
-	return l.view.writeDeferred(real+l.view.plan.shift, 0) || reading
+	return l.view.writeDeferred(real+l.view.plan.shift) || reading
 }
 
 // Planning reports whether this worker has work for PlanAt: a plan it

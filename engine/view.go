@@ -61,6 +61,7 @@ type view struct {
 	sliced     planSlices // a plan over a large table this worker reads a slice at a time
 	deferred   deferredDemand
 	pool       budgetPool     // see draw
+	group      []*clientState // writeBucketDemand's scratch
 	wrote      []*clientState // writeBucketDemand's scratch
 	inPlaceMax int            // planInPlaceMax (a test sets another)
 	sharePrint uint64         // sharePrint of cfg: the plans this worker computes carry it
@@ -946,6 +947,7 @@ type clientState struct {
 	used      bool   // the lease was used since the last tick
 	dirty     bool   // in the tick list
 	roomy     bool   // far below its share at the last sync (roomy)
+	unproven  bool   // its entry was a newcomer's seen once (tries 1) at the last sync
 	// deferred is the window in which its demand waits in the closing
 	// writes (see deferredDemand); next is the client after it in its
 	// bucket's list there.
@@ -957,6 +959,7 @@ type clientState struct {
 // another window are over.
 func (cs *clientState) reset(k int64) {
 	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
+	cs.deferred, cs.next = 0, nil
 	cs.used, cs.exhausted, cs.unusable, cs.accrues, cs.booked, cs.turnAt = false, false, 0, 0, false, 0
 }
 
@@ -1087,6 +1090,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	cs.lease += take - ret
 	cs.plan, cs.share, cs.granted = e.plan, e.share, e.granted
 	cs.roomy = roomy(r.pol, r.cfg, &e)
+	cs.unproven = e.tries == 1
 	cs.fresh = isNew(&e, p)
 	// A request costing more than is left is refused without making the
 	// client exhausted: a cheaper one may still fit.
@@ -1202,7 +1206,7 @@ func (r *view) tick(real int64) {
 	t := real + r.plan.shift
 	r.tickClients(t)
 	r.returnPool()
-	r.writeDeferred(t, 0)
+	r.writeDeferred(t)
 	if r.slice(real) || r.plan.provisional {
 		return
 	}
@@ -1246,7 +1250,7 @@ func (cs *clientState) keeps() bool { return cs.roomy && cs.lease <= leaseChunk 
 // flush writes back this worker's demand before it plans a new window, so
 // that the plan counts it.
 func (r *view) flush(t int64) {
-	r.writeDeferred(t, -1)
+	r.writeAllDeferred()
 	for _, cs := range r.dirty {
 		if cs.unflushed > 0 && cs.window == r.plan.window && cs.plan != 0 {
 			r.sync(cs, 0, false, t)
@@ -1312,6 +1316,8 @@ func (r *view) deferDemand(cs *clientState, t int64) bool {
 	if !cs.roomy || cs.window != r.plan.window {
 		return false
 	}
+	// A one-shot id proves itself by the demand it writes (askedAgain):
+	// re-plans within the window read that, so it is written at once.
 	d := &r.deferred
 	if d.window != r.plan.window || len(d.heads) != r.nb {
 		r.dropDeferred()
@@ -1320,7 +1326,9 @@ func (r *view) deferDemand(cs *clientState, t int64) bool {
 	if d.heads == nil {
 		d.heads = make([]*clientState, r.nb)
 	}
-	if r.closing(t) && (d.finished || d.heads[cs.bucket] == bucketWritten) {
+	// (A bucket written is written at once from then, whatever the clock
+	// says next: its list is not read again in the window.)
+	if cs.unproven || d.heads[cs.bucket] == bucketWritten || r.closing(t) && d.finished {
 		return false
 	}
 	if cs.deferred == d.window {
@@ -1353,10 +1361,10 @@ func (r *view) waits(cs *clientState) bool {
 	return cs.deferred == r.plan.window && r.deferred.window == r.plan.window
 }
 
-// writeDeferred writes the waiting demand of at most most buckets (all when
-// most < 0), once the view's window is in its last quarter at t, and
-// reports whether buckets are left for later calls.
-func (r *view) writeDeferred(t int64, most int) bool {
+// writeDeferred writes the waiting demand of closingWork buckets, once the
+// view's window is in its last quarter at t, and reports whether buckets
+// are left for later calls.
+func (r *view) writeDeferred(t int64) bool {
 	d := &r.deferred
 	if d.window != r.plan.window {
 		if len(d.buckets) > 0 {
@@ -1369,19 +1377,35 @@ func (r *view) writeDeferred(t int64, most int) bool {
 		d.finished = d.finished || r.closing(t)
 		return false
 	}
-	if most == 0 {
-		most = r.closingWork(t)
-	}
-	for ; d.done < len(d.buckets) && most != 0; most-- {
-		b := int(d.buckets[d.done])
-		d.done++
-		head := d.heads[b]
-		d.heads[b] = bucketWritten
-		r.writeBucketDemand(b, head)
+	for most := r.closingWork(t); d.done < len(d.buckets) && most > 0; most-- {
+		r.writeNextDeferred()
 	}
 	d.writing = d.done < len(d.buckets)
 	d.finished = !d.writing
 	return d.writing
+}
+
+// writeNextDeferred writes the next listed bucket.
+func (r *view) writeNextDeferred() {
+	d := &r.deferred
+	b := int(d.buckets[d.done])
+	d.done++
+	head := d.heads[b]
+	d.heads[b] = bucketWritten
+	r.writeBucketDemand(b, head)
+}
+
+// writeAllDeferred writes every listed bucket now, whatever the time (a
+// plan is about to be made from them), and starts the lists afresh.
+func (r *view) writeAllDeferred() {
+	d := &r.deferred
+	if d.window == r.plan.window {
+		for d.done < len(d.buckets) {
+			r.writeNextDeferred()
+		}
+	}
+	r.dropDeferred()
+	d.window = r.plan.window
 }
 
 // closingWork is how many buckets a closing write takes at t: what is left,
@@ -1392,29 +1416,37 @@ func (r *view) closingWork(t int64) int {
 	_, end := planWindow(&r.plan, r.cfg)
 	calls := max(1, (end-t)*3/4/int64(PlanTick))
 	left := int64(len(d.buckets) - d.done)
-	return int(max(minClosingWork, (left+calls-1)/calls))
+	return int(min(max(minClosingWork, (left+calls-1)/calls), maxClosingWork))
 }
 
-// minClosingWork: a closing write takes at least this many buckets.
-const minClosingWork = 16
+// A closing write takes at least minClosingWork buckets, and at most
+// maxClosingWork: a first closing tick that comes late, near the window's
+// end, writes what it can and leaves the rest unwritten rather than stall.
+const (
+	minClosingWork = 16
+	maxClosingWork = 256
+)
 
 // writeBucketDemand writes the waiting demand of the clients listed from
 // head, all in bucket b, with one read-modify-write of the bucket.
 func (r *view) writeBucketDemand(b int, head *clientState) {
-	wrote := r.wrote[:0]
-	any := false
-	for cs := head; cs != nil; cs = cs.next {
-		any = any || cs.unflushed > 0 && r.client(cs.hash) == cs && cs.bucket == b
+	// Out of the list first: a write may start a client afresh (reset).
+	group := r.group[:0]
+	for cs := head; cs != nil; {
+		next := cs.next
+		cs.deferred, cs.next = 0, nil
+		if cs.unflushed > 0 && r.client(cs.hash) == cs && cs.bucket == b {
+			group = append(group, cs)
+		}
+		cs = next
 	}
-	if any && b < r.nb {
+	wrote := r.wrote[:0]
+	if len(group) > 0 && b < r.nb {
 		err := r.updateBucket(b, nil, func(bkt *bucketVal, missing bool) (bool, error) {
 			wrote = wrote[:0]
-			for cs := head; cs != nil && !missing; cs = cs.next {
-				if cs.unflushed <= 0 || r.client(cs.hash) != cs || cs.bucket != b {
-					continue
-				}
+			for _, cs := range group {
 				for i := range bkt.entries {
-					if bkt.entries[i].hash != cs.hash {
+					if missing || bkt.entries[i].hash != cs.hash {
 						continue
 					}
 					e := bkt.entries[i]
@@ -1438,16 +1470,14 @@ func (r *view) writeBucketDemand(b int, head *clientState) {
 	// The rest (not written: the store failed, or the entry is under a
 	// newer plan or gone) is out of the lists: its next request or tick
 	// writes it as it would any client's.
-	for cs := head; cs != nil; {
-		next := cs.next
-		cs.deferred, cs.next = 0, nil
+	for _, cs := range group {
 		if cs.unflushed > 0 {
 			r.markDirty(cs)
 		}
-		cs = next
 	}
 	clear(wrote)
-	r.wrote = wrote[:0]
+	clear(group)
+	r.wrote, r.group = wrote[:0], group[:0]
 }
 
 // Clients the worker holds no state for: arrive finds or registers them.
