@@ -164,16 +164,7 @@ func TestALeaseOutlivesAReplan(t *testing.T) {
 // A clock that jumps plans the next window at once (flush): the demand
 // listed for the closing writes is written first, whatever the time.
 func TestAJumpWritesTheListedDemand(t *testing.T) {
-	cfg := Defaults(1<<20, 10*time.Second)
-	cfg.MinCycle = time.Second
-	cfg.MaxClients = 16
-	l := newLimiter(t, cfg, NewMemStore())
-	if err := l.RegisterAt(t0, "a", "b"); err != nil {
-		t.Fatal(err)
-	}
-	start := t0.Add(cfg.Cycle)
-	l.TickAt(start)
-	send(l, start.Add(time.Second), "a", 3)
+	l, _, start := roomyAsked3(t)
 	l.TickAt(start.Add(2 * time.Second))
 	window := l.view.plan.window
 	// The clock steps back 15s and stays behind until the worker jumps.
@@ -233,16 +224,7 @@ func TestAOneShotIDProvesItselfAtOnce(t *testing.T) {
 // even when the clock steps back out of the last quarter: a list nobody
 // reads again would lose the demand.
 func TestAStepBackAfterTheClosingWritesLosesNothing(t *testing.T) {
-	cfg := Defaults(1<<20, 10*time.Second)
-	cfg.MinCycle = time.Second
-	cfg.MaxClients = 16
-	l := newLimiter(t, cfg, NewMemStore())
-	if err := l.RegisterAt(t0, "a", "b"); err != nil {
-		t.Fatal(err)
-	}
-	start := t0.Add(cfg.Cycle)
-	l.TickAt(start)
-	send(l, start.Add(time.Second), "a", 3)
+	l, cfg, start := roomyAsked3(t)
 	closing := start.Add(cfg.Cycle - cfg.Cycle/closingDivisor)
 	l.TickAt(closing)
 	for at := closing.Add(PlanTick); l.Planning(); at = at.Add(PlanTick) {
@@ -270,4 +252,24 @@ func TestAStepBackAfterTheClosingWritesLosesNothing(t *testing.T) {
 	if e := entryOf(t, l, "a"); e.demand != 4 && e.lastDemand != 4 {
 		t.Errorf("a's demand %d (last %d) after the roll, asked 4", e.demand, e.lastDemand)
 	}
+}
+
+// roomyAsked3 starts a worker whose clients a and b are far below their
+// share, a window in which a has asked 3 times, its demand waiting.
+func roomyAsked3(t *testing.T) (*Limiter, Config, time.Time) {
+	t.Helper()
+	cfg := Defaults(1<<20, 10*time.Second)
+	cfg.MinCycle = time.Second
+	cfg.MaxClients = 16
+	l := newLimiter(t, cfg, NewMemStore())
+	if err := l.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.Add(cfg.Cycle)
+	l.TickAt(start)
+	send(l, start.Add(time.Second), "a", 3)
+	if !l.view.waits(l.view.client(HashID("a"))) {
+		t.Fatal("a's demand does not wait")
+	}
+	return l, cfg, start
 }

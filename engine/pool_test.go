@@ -59,18 +59,7 @@ func TestAPoolServesRoomyChunks(t *testing.T) {
 func TestAnUnusedPoolGoesBack(t *testing.T) {
 	cfg := Defaults(1<<30, 10*time.Second)
 	l := newLimiter(t, cfg, NewMemStore())
-	ids := clientIDs(20)
-	if err := l.RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
-	start := t0.Add(cfg.Cycle)
-	l.TickAt(start)
-	for _, id := range ids {
-		send(l, start, id, 1)
-	}
-	if l.view.pool.units == 0 {
-		t.Fatal("no pool taken")
-	}
+	ids, start := pooled(t, l)
 	l.TickAt(start.Add(time.Second)) // (drawn from since the tick before)
 	l.TickAt(start.Add(2 * time.Second))
 	if l.view.pool.units != 0 {
@@ -91,18 +80,7 @@ func TestAPoolDoesNotOutliveItsWindow(t *testing.T) {
 	cfg := Defaults(1<<30, 10*time.Second)
 	store := NewMemStore()
 	a, b := newLimiter(t, cfg, store), newLimiter(t, cfg, store)
-	ids := clientIDs(20)
-	if err := a.RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
-	start := t0.Add(cfg.Cycle)
-	a.TickAt(start)
-	for _, id := range ids {
-		send(a, start, id, 1)
-	}
-	if a.view.pool.units == 0 {
-		t.Fatal("no pool taken")
-	}
+	ids, start := pooled(t, a)
 	next := start.Add(cfg.Cycle)
 	for _, id := range ids {
 		send(b, next, id, 1)
@@ -131,4 +109,23 @@ func TestNoPoolWhenTheBudgetIsShort(t *testing.T) {
 	if l.view.pool.units != 0 {
 		t.Errorf("%d units pooled out of a budget of %d", l.view.pool.units, cfg.Capacity)
 	}
+}
+
+// pooled registers 20 clients far below their share on l and sends each
+// one request at the start of a window, so that l takes a pool.
+func pooled(t *testing.T, l *Limiter) ([]string, time.Time) {
+	t.Helper()
+	ids := clientIDs(20)
+	if err := l.RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	start := t0.Add(l.cfg.Cycle)
+	l.TickAt(start)
+	for _, id := range ids {
+		send(l, start, id, 1)
+	}
+	if l.view.pool.units == 0 {
+		t.Fatal("no pool taken")
+	}
+	return ids, start
 }

@@ -9,7 +9,8 @@ import (
 // BenchmarkScale is the shape of bench-envoy's scale rows in the engine:
 // n registered clients, each id repeating in rotation, at 30,000 requests
 // per second of virtual time on one worker, with a tick every
-// housekeeping period (cycle/10, at most 1 s). Capacity is unlimited, so
+// housekeeping period (cycle/10, at most 1 s) and, while the worker asks
+// for them (Planning), a PlanAt every PlanTick, as a host does. Capacity is unlimited, so
 // every request is admitted. It reports store operations per request and
 // the slowest request and tick (the one that plans a window is among
 // them): the stall a request queued behind it would see.
@@ -33,7 +34,7 @@ func BenchmarkScale(b *testing.B) {
 			const step = time.Second / 30_000
 			tick := min(tc.cycle/10, time.Second)
 			now := t0.Add(time.Second)
-			nextTick := now.Add(tick)
+			nextTick, nextPlan := now.Add(tick), now
 			// Warm up for two windows, so that every client is counted and
 			// has asked in the window before.
 			for i := 0; now.Before(t0.Add(2*tc.cycle + time.Second)); i++ {
@@ -42,6 +43,10 @@ func BenchmarkScale(b *testing.B) {
 				if !now.Before(nextTick) {
 					l.TickAt(now)
 					nextTick = nextTick.Add(tick)
+				}
+				if l.Planning() && !now.Before(nextPlan) {
+					l.PlanAt(now)
+					nextPlan = now.Add(PlanTick)
 				}
 			}
 			store.ops.Store(0)
@@ -60,6 +65,12 @@ func BenchmarkScale(b *testing.B) {
 					l.TickAt(now)
 					slowestTick = max(slowestTick, time.Since(start))
 					nextTick = nextTick.Add(tick)
+				}
+				if l.Planning() && !now.Before(nextPlan) {
+					start := time.Now()
+					l.PlanAt(now)
+					slowestTick = max(slowestTick, time.Since(start))
+					nextPlan = now.Add(PlanTick)
 				}
 			}
 			b.StopTimer()

@@ -1316,8 +1316,6 @@ func (r *view) deferDemand(cs *clientState, t int64) bool {
 	if !cs.roomy || cs.window != r.plan.window {
 		return false
 	}
-	// A one-shot id proves itself by the demand it writes (askedAgain):
-	// re-plans within the window read that, so it is written at once.
 	d := &r.deferred
 	if d.window != r.plan.window || len(d.heads) != r.nb {
 		r.dropDeferred()
@@ -1326,8 +1324,10 @@ func (r *view) deferDemand(cs *clientState, t int64) bool {
 	if d.heads == nil {
 		d.heads = make([]*clientState, r.nb)
 	}
-	// (A bucket written is written at once from then, whatever the clock
-	// says next: its list is not read again in the window.)
+	// A one-shot id proves itself by the demand it writes (askedAgain),
+	// which re-plans within the window read: it is written at once. So is
+	// a client whose bucket is written, whatever the clock says next: its
+	// list is not read again in the window.
 	if cs.unproven || d.heads[cs.bucket] == bucketWritten || r.closing(t) && d.finished {
 		return false
 	}

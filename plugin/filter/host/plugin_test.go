@@ -469,17 +469,8 @@ func TestTicksComeFastWhileAPlanIsReadInSlices(t *testing.T) {
 	eachRunner(t, func(t *testing.T, runner string) {
 		h := startHost(t, runner, `{"capacity": 1000000, "cycle": "10s", "min_cycle": "100ms", "max_clients": 4096, "name": "slices"}`)
 		normal := h.GetTickPeriod()
-		ids := make([]string, 1100) // more than a request plans over
-		for i := range ids {
-			ids[i] = "client-" + strconv.Itoa(i)
-		}
-		for round := 0; round < 2; round++ { // a newcomer's second request proves it
-			for _, id := range ids {
-				h.from(id)
-			}
-			h.advance(200 * time.Millisecond)
-			h.Tick()
-		}
+		ids := clientIDs(1100) // more than a request plans over
+		register(h, ids)
 		if n := h.admittedOf(ids[0], 1); n != 1 {
 			t.Fatalf("%s not counted after two rounds", ids[0])
 		}
@@ -500,4 +491,58 @@ func TestTicksComeFastWhileAPlanIsReadInSlices(t *testing.T) {
 			t.Errorf("a counted client refused under the plan read in slices")
 		}
 	})
+}
+
+// In a window's last quarter, a worker holding demand of clients far below
+// their share ticks every engine.PlanTick to write it, and at the
+// filter's own period again once it is written, before the window ends.
+func TestTicksComeFastWhileDemandIsWrittenBeforeAWindowEnds(t *testing.T) {
+	eachRunner(t, func(t *testing.T, runner string) {
+		h := startHost(t, runner, `{"capacity": 100000000, "cycle": "10s", "min_cycle": "100ms", "max_clients": 512, "name": "closing"}`)
+		normal := h.GetTickPeriod()
+		ids := clientIDs(300)
+		register(h, ids)
+		h.advance(10 * time.Second) // a window planned with every client counted
+		h.Tick()
+		for round := 0; round < 3; round++ { // a chunk's first request leases it, the rest wait
+			for _, id := range ids {
+				h.from(id)
+			}
+		}
+		if got := h.GetTickPeriod(); got != normal {
+			t.Fatalf("tick period %d ms before the window's last quarter, want %d", got, normal)
+		}
+		h.advance(7600 * time.Millisecond) // into the last quarter
+		h.Tick()
+		if got := h.GetTickPeriod(); got != uint32(engine.PlanTick.Milliseconds()) {
+			t.Fatalf("tick period with demand to write in the last quarter: %d ms, want %d", got, engine.PlanTick.Milliseconds())
+		}
+		for i := 0; h.GetTickPeriod() != normal; i++ {
+			if i > 300 {
+				t.Fatalf("demand still written after %d fast ticks", i)
+			}
+			h.advance(engine.PlanTick)
+			h.Tick()
+		}
+	})
+}
+
+func clientIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "client-" + strconv.Itoa(i)
+	}
+	return ids
+}
+
+// register sends each id twice, 200 ms and a tick apart: a newcomer's
+// second request proves it.
+func register(h *host, ids []string) {
+	for range 2 {
+		for _, id := range ids {
+			h.from(id)
+		}
+		h.advance(200 * time.Millisecond)
+		h.Tick()
+	}
 }
