@@ -221,10 +221,11 @@ func TestLastUnitIsBookedOnce(t *testing.T) {
 	}
 }
 
-// owedAfter over a client's takes in a window, with a guarantee of 6: its
-// first take adds what it leaves of what it is expected to take of its
-// guarantee (what it asked for in the window before, or twice what it has
-// had), the next ones pay that off, and takes past it change nothing.
+// owedAfter over a client's takes in a window, with a guarantee of 6. The
+// window's budget owes what it asked for in the window before from the
+// start (the owed of 5 below counts its 3); a take leaves owed what it is
+// then expected to take (what it asked for before, or twice what it has
+// had) and has not had, and takes past its guarantee change nothing.
 func TestOwedAfter(t *testing.T) {
 	gate := func(had, expects int64) borrowGate { return borrowGate{on: true, had: had, guar: 6, expects: expects} }
 	for _, c := range []struct {
@@ -233,13 +234,13 @@ func TestOwedAfter(t *testing.T) {
 		gate        borrowGate
 		moved, want int64
 	}{
-		{"first take, part of what it asked for before", 2, gate(0, 3), 1, 4},
-		{"first take of all it asked for before: expected to double it", 2, gate(0, 3), 3, 5},
-		{"first take past its guarantee", 2, gate(0, 3), 7, 2},
-		{"first take refused: not a client that took", 2, gate(0, 3), 0, 2},
+		{"first take, part of what it asked for before", 5, gate(0, 3), 1, 4},
+		{"first take of all it asked for before: expected to double it", 5, gate(0, 3), 3, 5},
+		{"first take past its guarantee", 5, gate(0, 3), 7, 2},
+		{"first take refused: owed as it was", 5, gate(0, 3), 0, 5},
 		{"a client that asked for nothing before is expected to double what it had", 2, gate(0, 0), 1, 3},
 		{"... up to its guarantee", 0, gate(0, 0), 4, 2},
-		{"a light client's one unit holds back one more", 2, gate(0, 1), 1, 3},
+		{"a light client's one unit holds back one more", 3, gate(0, 1), 1, 3},
 		{"a later take pays off", 4, gate(4, 6), 1, 3},
 		{"a take at twice what it had expects more", 4, gate(2, 3), 1, 5},
 		{"a later take past it", 4, gate(4, 6), 5, 2},
@@ -278,6 +279,60 @@ func TestGuaranteeComesBeforeABooking(t *testing.T) {
 		}
 		if d := l.AdmitAt(start.Add(950*time.Millisecond), "c3"); !d.Allowed {
 			t.Errorf("window %d: c3, asking for its guarantee late in the window, refused: %+v", w, d)
+		}
+	}
+}
+
+// Under fair (10 per 5 s), three clients that each asked for 4 in the
+// window before come one after the other in a window: each takes its
+// guarantee of 3 and is refused its fourth before the next one's first
+// take. The pool's one unit past the guarantees is booked once: a client
+// told a time within the window finds its unit there, and the others are
+// told the window's end. Counting only the guarantees of the clients that
+// had taken booked it for the first two, and the second's retry failed.
+func TestAGuaranteeNotYetTakenIsNotBooked(t *testing.T) {
+	cfg := Defaults(10, 5*time.Second)
+	cfg.Policy = Fair{}
+	store := NewMemStore()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	ids := []string{"a", "b", "c"}
+	if err := workers[0].RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	admit := func(at time.Time, id string) Decision {
+		n++
+		return workers[n%2].AdmitAt(at, id)
+	}
+	for w := 1; w <= 3; w++ {
+		at := t0.Add(time.Duration(w)*cfg.Cycle + 10*time.Millisecond)
+		told := map[string]time.Time{}
+		for _, id := range ids {
+			for i := 0; i < 4; i++ {
+				at = at.Add(2 * time.Millisecond)
+				d := admit(at, id)
+				switch {
+				case i < 3 && !d.Allowed:
+					t.Fatalf("window %d: %s refused its guarantee: %+v", w, id, d)
+				case i == 3 && d.Allowed && w > 1:
+					t.Fatalf("window %d: %s admitted past its guarantee at the window's start: %+v", w, id, d)
+				case i == 3 && !d.Allowed && d.RetryAfter < d.Reset:
+					told[id] = at.Add(d.RetryAfter)
+				}
+			}
+		}
+		if w == 1 {
+			continue // the window whose demand the next ones are planned from
+		}
+		if len(told) == 0 {
+			t.Errorf("window %d: nobody was told of the pool's unit", w)
+		}
+		for _, id := range ids {
+			if when, ok := told[id]; ok {
+				if d := admit(when, id); !d.Allowed {
+					t.Errorf("window %d: %s, told its unit at %v, was refused then: %+v", w, id, when.Sub(t0), d)
+				}
+			}
 		}
 	}
 }

@@ -106,6 +106,44 @@ func TestFairKeep(t *testing.T) {
 	}
 }
 
+// TestFairExpected: a window's budget starts owing what each client asked
+// for in the window before, up to its guarantee (capacity / clients, per
+// weight, rounded down), and the same whether the plan is computed at once
+// (params) or a step at a time (planMath).
+func TestFairExpected(t *testing.T) {
+	for _, tc := range []struct {
+		demands, weights []float64
+		want             int64
+	}{
+		{[]float64{4, 4, 4}, nil, 9},              // guarantees of 3 (10/3)
+		{[]float64{1, 0, 7}, nil, 1 + 0 + 3},      // a light client, an idle one
+		{[]float64{0.2, 2.5, 40}, nil, 1 + 3 + 3}, // what was asked, rounded up
+		{[]float64{9, 9}, []float64{1, 4}, 2 + 8}, // weights: guarantees of 2 and 8
+	} {
+		pp := Fair{}.params(10, tc.demands, tc.weights, nil)
+		if got := (Fair{}).expected(&pp); got != tc.want {
+			t.Errorf("demands %v, weights %v: expected %d, want %d", tc.demands, tc.weights, got, tc.want)
+		}
+		s := &planScratch{demands: tc.demands, weights: tc.weights, isNew: make([]bool, len(tc.demands)), shown: make([]float64, len(tc.demands))}
+		s.hashes = make([]uint64, len(tc.demands))
+		if s.weights == nil {
+			s.weights = []float64{1, 1, 1}[:len(tc.demands)]
+		}
+		s.mosts = make([]float64, len(tc.demands))
+		for i := range s.mosts {
+			s.mosts[i] = math.Inf(1)
+		}
+		var m planMath
+		next := plan{}
+		m.start(&next, s, Fair{}, 10, 10)
+		for !m.step(1) {
+		}
+		if got := (Fair{}).expected(&m.next.params); got != tc.want {
+			t.Errorf("demands %v, weights %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, got, tc.want)
+		}
+	}
+}
+
 func fairConfig(capacity int64) Config {
 	cfg := Defaults(capacity, 10*time.Second)
 	cfg.MinCycle = time.Second

@@ -30,7 +30,7 @@ type budget struct {
 	capacity int64
 	end      int64     // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
-	owed     int64     // the fair policy's guarantees owed to clients that took in the window (owedAfter)
+	owed     int64     // the fair policy's guarantees owed to the clients in the window (owedAfter)
 	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
@@ -213,7 +213,7 @@ func (r *view) returnPool() {
 type budgetSeen struct {
 	window        int64
 	granted, left int64
-	owed          int64 // the guarantees of clients that took, still owed to them (budget.owed)
+	owed          int64 // the guarantees still owed to the clients (budget.owed)
 	held          bool
 }
 
@@ -268,6 +268,11 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 				return nil, nil // a return to a window that is over, or nothing to settle
 			}
 			v, changed = budget{window: p.window, roll: p.roll, capacity: r.cfg.Capacity, end: end}, true
+			if l, ok := r.pol.(lender); ok && ask != nil {
+				// (owedAfter; kept, like the bookings it bounds, only for
+				// takes that book: see take)
+				v.owed = min(l.expected(&p.params), v.capacity)
+			}
 		}
 		if r.cfg.Capacity < v.capacity {
 			// A smaller capacity takes effect at once for the rest of the
@@ -287,8 +292,8 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			}
 			// A take within the client's guarantee may use units booked for
 			// others: the guarantee holds at any time in the window, a
-			// booking is a borrower's turn (a late client that had nothing
-			// is owed its guarantee, not yet counted in owed).
+			// booking is a borrower's turn (a client that was not expected
+			// to take its guarantee is owed it all the same).
 			free := max(0, left-v.granted-due)
 			if gate.on {
 				free += min(gate.own, due, max(0, left-v.granted-free))

@@ -756,6 +756,7 @@ type planMath struct {
 	seed           seedSums
 	level          levelSearch
 	above          float64
+	expected       float64 // the fair policy's fairExpected
 	spread         spreadRounds
 	floors, want   int64
 	sel            selection
@@ -851,8 +852,9 @@ func (m *planMath) stepPhase(budget int) int {
 			if sanitize(s.caps[i])/s.weights[i] > level {
 				m.above++
 			}
+			m.expected += expectedGuarantee(m.def, s.weights[i], s.demands[i])
 		}); over {
-			p.params = policyParams{m.def, level, c, m.above}
+			p.params = policyParams{m.def, level, c, m.above, m.expected}
 			m.phase = phaseCaps
 		}
 	case phaseCaps:
@@ -1716,12 +1718,23 @@ func (Fair) Name() string { return "fair" }
 
 // fairLevel is params[1]: the water level, or the capacity itself when the
 // demands fit. fairCapacity is params[2]. fairAbove is params[3]: how many
-// clients wanted more than the level (per weight unit).
+// clients wanted more than the level (per weight unit). fairExpected is
+// params[4]: the units of their guarantees the clients are expected to take
+// (expectedGuarantee), which a window's budget owes from its start.
 const (
 	fairLevel    = 1
 	fairCapacity = 2
 	fairAbove    = 3
+	fairExpected = 4
 )
+
+// expectedGuarantee is what a client of weight w, having asked for d in
+// the window before, is expected to take of its guarantee (def per weight
+// unit) in the next: what it asked for, up to its guarantee. It is the
+// borrow gate's expects (gateFor), summed over the clients by a plan.
+func expectedGuarantee(def, w, d float64) float64 {
+	return math.Min(math.Floor(def*w), math.Ceil(math.Min(sanitize(d), MaxCapacity)))
+}
 
 // fairLag is how long, as a fraction of the window, pool capacity must sit
 // unused before a client past what it has accrued of the water level may
@@ -1740,13 +1753,15 @@ const lateKeep = 2
 func (Fair) params(capacity int64, demands, weights, _ []float64) policyParams {
 	c := float64(capacity)
 	level := weightedLevel(c, demands, weights)
-	var above float64
+	def := c / totalWeight(weights, len(demands))
+	var above, expected float64
 	for i, d := range demands {
 		if sanitize(d)/weightAt(weights, i) > level {
 			above++
 		}
+		expected += expectedGuarantee(def, weightAt(weights, i), d)
 	}
-	return policyParams{c / totalWeight(weights, len(demands)), level, c, above}
+	return policyParams{def, level, c, above, expected}
 }
 
 // capOf is the most a client may hold in the window: the capacity.
@@ -1767,6 +1782,12 @@ func (Fair) keep(pp *policyParams) int64 {
 		return lateKeep
 	}
 	return 0
+}
+
+// expected is what a window's budget owes the guarantees from its start:
+// the units the clients are expected to take of them (owedAfter).
+func (Fair) expected(pp *policyParams) int64 {
+	return int64(min(max(pp[fairExpected], 0), pp[fairCapacity]))
 }
 
 // Allocate implements Policy with the split the fair policy settles to
@@ -1799,6 +1820,7 @@ func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 type lender interface {
 	tiers(pp *policyParams) (guarantee, level float64)
 	keep(pp *policyParams) int64
+	expected(pp *policyParams) int64
 }
 
 // borrowGate limits what one lease may take from the window budget, in
@@ -1904,6 +1926,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 	}
 	g, lv := l.tiers(&p.params)
 	w := cfg.weightOf(hash)
+	expects := int64(expectedGuarantee(g, w, prev))
 	g, lv = g*w, lv*w
 	f := windowElapsed(p, cfg, t)
 	// The level accrues over the window like the pool, so that borrowers
@@ -1925,7 +1948,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 		had:     granted,
 		lv:      lv,
 		guar:    guar,
-		expects: min(guar, int64(math.Ceil(min(prev, float64(MaxCapacity))))),
+		expects: expects,
 		burst:   burst,
 		past:    granted >= entitled,
 		excess:  float64(granted - entitled),
@@ -1968,8 +1991,8 @@ func nextAccrual(paceAt, moreAt int64, cut bool) int64 {
 //     entitlement grows past what it has had, or the pool past what the
 //     budget granted (borrowGate.nextAt).
 func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t, start, end int64) int64 {
-	// (Units owed to the guarantees of clients that took are not the
-	// pool's: those clients come back for them; see owedAfter.)
+	// (Units owed to the other clients' guarantees are not the pool's:
+	// those clients are expected to come for them; see owedAfter.)
 	spoken := seen.granted
 	if clipped {
 		spoken += seen.owed
@@ -2083,44 +2106,42 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 	return r
 }
 
-// owedAfter is what a budget that owed owed to the guarantees of the
-// clients that took in its window owes after a take of moved units through
-// gate. What a client is owed is what it is expected to take of its
-// guarantee (as much as it asked for in the window before, or twice what
-// it has had in this one) and has not had: its first take in the window
-// (it had nothing) adds what it leaves of that, and each take pays off
-// what it took of it.
+// owedAfter is what a budget that owed owed to the clients' guarantees
+// owes after a take of moved units through gate. What a client is owed is
+// what it is expected to take of its guarantee (as much as it asked for in
+// the window before, or twice what it has had in this one) and has not
+// had. A window's budget starts owing what the plan expects of every
+// client it counts (Fair.expected, the sum of each one's expects); a take
+// moves what the client is owed from what was expected of it before the
+// take to what is expected of it after.
 //
 // Bookings are made beyond it (bookUnits), and a refused client's
 // Retry-After counts it (budgetMoreAt), so that a unit booked for a client
-// past its entitlement is not one that another client, busy in the window,
-// takes first within its guarantee: that client passes no gate, and the
-// booked client, told its time, would find nothing there. The guarantee a
-// client is not expected to take (it asked for less in the window before),
-// and the guarantees of clients that have not taken, are not counted: the
-// pool lends them as the window accrues, and so may a booking. A client
-// that took a unit after a light window would otherwise hold the rest of
-// its guarantee from every booking until the window's end, and the pool's
-// lending to clients that obey Retry-After with it. (A client whose first
-// take two workers both see, or that gave its lease back, is counted again:
-// the caller keeps owed within what the budget has left.)
+// past its entitlement is not one that another client takes later within
+// its guarantee: that client passes no gate, and the booked client, told
+// its time, would find nothing there. That holds for a client that has not
+// taken yet: clients that arrive together are refused before some of the
+// others' first takes. The guarantee a client is not expected to take (it
+// asked for less in the window before) is not counted: the pool lends it
+// as the window accrues, and so may a booking. (A client whose first take
+// two workers both see, or that gave its lease back, is paid off twice:
+// owed stays at or above zero, and within what the budget has left.)
 func owedAfter(owed int64, gate borrowGate, moved int64) int64 {
 	if !gate.on {
 		return owed
 	}
 	if gate.had == 0 && moved == 0 {
-		return owed // no take: not yet a client that took
+		return owed // no take
 	}
-	// expected is what it is expected to take of its guarantee once it has
-	// had h: what it asked for in the window before, or twice what it has
-	// had in this one (a client back from an idle window).
-	expected := func(h int64) int64 { return min(gate.guar, max(gate.expects, 2*h)) }
-	before := max(0, expected(gate.had)-gate.had) // what it was owed before the take
-	if gate.had == 0 {
-		before = 0 // not counted before its first take
-	}
-	after := max(0, expected(gate.had+moved)-gate.had-moved)
-	return max(0, owed-before+after)
+	return max(0, owed-gate.owes(gate.had)+gate.owes(gate.had+moved))
+}
+
+// owes is what the gate's client is owed once it has had h units in the
+// window: what it is expected to take of its guarantee (what it asked for
+// in the window before, or twice h, for a client back from an idle
+// window), less h. (0 without a gate.)
+func (b borrowGate) owes(h int64) int64 {
+	return max(0, min(b.guar, max(b.expects, 2*h))-h)
 }
 
 // bookUnits books ask's unit in v for when gate next lets one through, if
