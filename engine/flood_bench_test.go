@@ -53,4 +53,5 @@ func BenchmarkDistinctIDs(b *testing.B) {
 	b.ReportMetric(float64(known)/float64(nKnown), "ns/known")
 	b.ReportMetric(float64(flood)/float64(nFlood), "ns/flood")
 	b.ReportMetric(float64(floodOps)/float64(nFlood), "store-ops/flood")
+	b.ReportMetric(float64(l.ActiveClients()), "counted")
 }

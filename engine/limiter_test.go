@@ -185,6 +185,41 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	}
 }
 
+// Clients that each ask once every 25 s, on 10 s windows: a newcomer's
+// first request leaves an unproven entry, and its next, two or three
+// windows later, proves it from that entry. 2,000 of them, as many as
+// max_clients, asking in turn: in their third round most are admitted, in
+// their fourth nearly all, and from their sixth all. (When a newcomer took the place of an unproven
+// entry of an earlier window before a place never used, 70% of them were
+// still pending in their eighth round.)
+func TestClientsAskingLessThanOnceAWindowAreCounted(t *testing.T) {
+	const n = 2000
+	cfg := Defaults(1<<40, 10*time.Second)
+	cfg.MaxClients = n
+	l := newLimiter(t, cfg, NewMemStore())
+	step := 25 * time.Second / n
+	now := t0
+	for round := 0; round < 8; round++ {
+		admitted := 0
+		for i := 0; i < n; i++ {
+			if l.AdmitAt(now, fmt.Sprintf("light-%d", i)).Allowed {
+				admitted++
+			}
+			if now = now.Add(step); i%100 == 0 {
+				l.TickAt(now)
+			}
+		}
+		switch {
+		case round == 2 && admitted < n*80/100:
+			t.Errorf("round %d: %d of %d admitted, want at least 80%%", round, admitted, n)
+		case (round == 3 || round == 4) && admitted < n*98/100:
+			t.Errorf("round %d: %d of %d admitted, want at least 98%%", round, admitted, n)
+		case round > 4 && admitted != n:
+			t.Errorf("round %d: %d of %d admitted, want all", round, admitted, n)
+		}
+	}
+}
+
 func TestTableFullNeverEvictsActiveClients(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxClients = 3

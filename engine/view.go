@@ -96,6 +96,17 @@ type waitMark struct {
 // bucket is full.
 const maxWaitingPerBucket = bucketSlots / 4
 
+// keepUnproven is how many unproven entries of earlier windows
+// (reclaimable) a bucket keeps before a newcomer takes the place of one
+// rather than a place never used. A client that asks less than once a
+// window proves itself by asking again (view.arrive), which needs its
+// entry: reclaiming one first left two in three clients that asked every
+// 2.5 windows unproven for good, and a few of a crowded bucket, evicting
+// each other's entries, for good whatever the bound on the bucket's size.
+// As many as a window's newcomers (maxWaitingPerBucket): a flood of
+// one-shot ids keeps a bucket's entries for newcomers at twice that.
+const keepUnproven = maxWaitingPerBucket
+
 // maxProbe bounds how many buckets a client may be placed in past its home
 // bucket. With buckets of bucketSlots (48) and at least MaxClients/16
 // buckets, there are ≥ 3·MaxClients places, so a home bucket overflows only
@@ -1830,7 +1841,7 @@ func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
 	}
 	err = r.updateBucket(b, read, func(bkt *bucketVal, _ bool) (bool, error) {
 		placed, overflow = false, false
-		at, own := -1, false
+		at, stale, stales, own := -1, -1, 0, false
 		for i := range bkt.entries {
 			x := &bkt.entries[i]
 			if x.hash == e.hash {
@@ -1841,11 +1852,19 @@ func (r *view) place(b int, e entry) (placed, overflow bool, err error) {
 				at, own = i, true // its own entry: a returning client, or a newcomer (or retired one-shot id) proven
 				break
 			}
-			if at < 0 && (free(x, &r.plan, r.cfg) || e.tries != 1 && retired(x, &r.plan, r.cfg)) {
+			switch {
+			case reclaimable(x, &r.plan):
+				if stales++; stale < 0 {
+					stale = i
+				}
+			case at < 0 && (free(x, &r.plan, r.cfg) || e.tries != 1 && retired(x, &r.plan, r.cfg)):
 				// (A declared or proven client may take a retired one-shot
 				// id's place, so that a flood of them locks no one out.)
 				at = i
 			}
+		}
+		if at < 0 && stale >= 0 && (stales >= keepUnproven || len(bkt.entries) == bucketSlots) {
+			at = stale
 		}
 		switch {
 		case !own && waitingUnproven(&e) && waitingIn(bkt, &r.plan, r.cfg) >= maxWaitingPerBucket:
