@@ -673,6 +673,7 @@ type planSlices struct {
 	startN    int64  // the clients the provisional plan counted and had pending when the read started
 	deadline  int64  // (shifted) when the plan should be published: slices grow to meet it
 	last      int64  // (real) the last slice: one every PlanTick/2 at most
+	skipped   bool   // the last call did no slice, PlanTick/2 not having passed
 	gap       int64  // the time between the last two slices: the ticks' period, as they come
 	bucket    int    // the next bucket to read
 	read      int64  // the work the reading did so far (scanBuckets' unit)
@@ -760,9 +761,15 @@ func (r *view) slice(real int64) bool {
 		r.startSlices(p, t, nil)
 	}
 	since := real - s.last
-	if since >= 0 && since < int64(PlanTick)/2 {
-		return true // (a host's tick after its PlanAt, say: one slice will do)
+	if since >= 0 && since < int64(PlanTick)/2 && !s.skipped {
+		// (A host's tick after its PlanAt, say: one slice will do. Every
+		// other call slices all the same: a clock that stepped back reads
+		// as the latest reading until it catches up, and would otherwise
+		// stall the slices as long.)
+		s.skipped = true
+		return true
 	}
+	s.skipped = false
 	if s.last != 0 {
 		s.gap = since
 	}

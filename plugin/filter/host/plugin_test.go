@@ -493,6 +493,42 @@ func TestTicksComeFastWhileAPlanIsReadInSlices(t *testing.T) {
 	})
 }
 
+// The clock steps back while a plan is read in slices: 3 s (a late
+// reading, within a window) or 15 s (a step, past a whole window). The
+// fast ticks go on until the plan is done, then stop, and a counted client
+// is admitted.
+func TestFastTicksSurviveAClockStepBack(t *testing.T) {
+	for _, back := range []time.Duration{3 * time.Second, 15 * time.Second} {
+		t.Run(back.String(), func(t *testing.T) {
+			eachRunner(t, func(t *testing.T, runner string) {
+				h := startHost(t, runner, `{"capacity": 1000000, "cycle": "10s", "min_cycle": "100ms", "max_clients": 4096, "name": "stepback"}`)
+				normal := h.GetTickPeriod()
+				ids := clientIDs(1100) // more than a request plans over
+				register(h, ids)
+				h.advance(10 * time.Second) // the next window: a request rolls it, provisionally
+				h.from(ids[1])
+				h.Tick()
+				if got := h.GetTickPeriod(); got != uint32(engine.PlanTick.Milliseconds()) {
+					t.Fatalf("tick period while a plan is read in slices: %d ms, want %d", got, engine.PlanTick.Milliseconds())
+				}
+				h.advance(engine.PlanTick)
+				h.Tick()
+				h.advance(-back)
+				for i := 0; h.GetTickPeriod() != normal; i++ {
+					if i > 400 {
+						t.Fatalf("still ticking fast after %d ticks past the step back", i)
+					}
+					h.advance(engine.PlanTick)
+					h.Tick()
+				}
+				if n := h.admittedOf(ids[2], 1); n != 1 {
+					t.Errorf("a counted client refused after the step back")
+				}
+			})
+		})
+	}
+}
+
 // In a window's last quarter, a worker holding demand of clients far below
 // their share ticks every engine.PlanTick to write it, and at the
 // filter's own period again once it is written, before the window ends.
