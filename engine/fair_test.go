@@ -106,40 +106,51 @@ func TestFairKeep(t *testing.T) {
 	}
 }
 
-// TestFairExpected: a window's budget starts owing what each client asked
+// TestFairExpected: the plan expects each client to take what it asked
 // for in the window before, up to its guarantee (capacity / clients, per
-// weight, rounded down), and the same whether the plan is computed at once
-// (params) or a step at a time (planMath).
+// weight, rounded down), and nothing of a one-shot id (one that entered
+// unproven and has shown nothing since: shown ≥ 0); the same whether the
+// plan is computed at once (params, which knows no one-shot ids) or a step
+// at a time (planMath).
 func TestFairExpected(t *testing.T) {
 	for _, tc := range []struct {
-		demands, weights []float64
-		want             int64
+		demands, weights, shown []float64
+		want                    int64
 	}{
-		{[]float64{4, 4, 4}, nil, 9},              // guarantees of 3 (10/3)
-		{[]float64{1, 0, 7}, nil, 1 + 0 + 3},      // a light client, an idle one
-		{[]float64{0.2, 2.5, 40}, nil, 1 + 3 + 3}, // what was asked, rounded up
-		{[]float64{9, 9}, []float64{1, 4}, 2 + 8}, // weights: guarantees of 2 and 8
+		{[]float64{4, 4, 4}, nil, nil, 9},                  // guarantees of 3 (10/3)
+		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3},          // a light client, an idle one
+		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3},     // what was asked, rounded up
+		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8},     // weights: guarantees of 2 and 8
+		{[]float64{4, 4, 2}, nil, []float64{-1, -1, 2}, 6}, // a one-shot id is not expected back
 	} {
-		pp := Fair{}.params(10, tc.demands, tc.weights, nil)
-		if got := (Fair{}).expected(&pp); got != tc.want {
-			t.Errorf("demands %v, weights %v: expected %d, want %d", tc.demands, tc.weights, got, tc.want)
+		n := len(tc.demands)
+		shown, weights := tc.shown, tc.weights
+		if shown == nil {
+			shown = make([]float64, n)
+			for i := range shown {
+				shown[i] = -1
+			}
+			pp := Fair{}.params(10, tc.demands, tc.weights, nil)
+			if got := (Fair{}).expected(&pp); got != tc.want {
+				t.Errorf("demands %v, weights %v: expected %d, want %d", tc.demands, tc.weights, got, tc.want)
+			}
 		}
-		s := &planScratch{demands: tc.demands, weights: tc.weights, isNew: make([]bool, len(tc.demands)), shown: make([]float64, len(tc.demands))}
-		s.hashes = make([]uint64, len(tc.demands))
-		if s.weights == nil {
-			s.weights = []float64{1, 1, 1}[:len(tc.demands)]
+		if weights == nil {
+			weights = make([]float64, n)
+			for i := range weights {
+				weights[i] = 1
+			}
 		}
-		s.mosts = make([]float64, len(tc.demands))
+		s := &planScratch{demands: tc.demands, weights: weights, shown: shown, isNew: make([]bool, n), hashes: make([]uint64, n), mosts: make([]float64, n)}
 		for i := range s.mosts {
 			s.mosts[i] = math.Inf(1)
 		}
 		var m planMath
-		next := plan{}
-		m.start(&next, s, Fair{}, 10, 10)
+		m.start(&plan{}, s, Fair{}, 10, 10)
 		for !m.step(1) {
 		}
 		if got := (Fair{}).expected(&m.next.params); got != tc.want {
-			t.Errorf("demands %v, weights %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, got, tc.want)
+			t.Errorf("demands %v, weights %v, shown %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, tc.shown, got, tc.want)
 		}
 	}
 }

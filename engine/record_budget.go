@@ -30,7 +30,7 @@ type budget struct {
 	capacity int64
 	end      int64     // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
-	owed     int64     // the fair policy's guarantees owed to the clients in the window (owedAfter)
+	paid     int64     // the fair policy's: what the takes paid off of the guarantees the clients are expected to take (paidAfter)
 	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
@@ -50,7 +50,7 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, uint64(v.capacity))
 	dst = le.AppendUint64(dst, uint64(v.end))
 	dst = le.AppendUint64(dst, math.Float64bits(v.late))
-	dst = le.AppendUint64(dst, uint64(v.owed))
+	dst = le.AppendUint64(dst, uint64(v.paid))
 	dst = append(dst, byte(len(v.booked)))
 	for _, b := range v.booked {
 		dst = le.AppendUint32(dst, b.client)
@@ -77,7 +77,7 @@ func decodeBudget(b []byte) (budget, error) {
 		granted:  int64(le.Uint64(b[17:])),
 		capacity: int64(le.Uint64(b[25:])),
 		late:     math.Float64frombits(le.Uint64(b[41:])),
-		owed:     int64(le.Uint64(b[49:])),
+		paid:     int64(le.Uint64(b[49:])),
 	}
 	for i := 0; i < int(b[count]); i++ {
 		e := b[count+1+i*budgetBookingLen:]
@@ -89,7 +89,7 @@ func decodeBudget(b []byte) (budget, error) {
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
 		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) ||
-		v.owed < 0 || v.owed > MaxCapacity {
+		v.paid < -MaxCapacity || v.paid > MaxCapacity {
 		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
@@ -206,6 +206,20 @@ func (r *view) returnPool() {
 	q.used = false
 }
 
+// owedOf is what the clients are still owed of their guarantees under the
+// plan in force, the takes having paid off paid (see "Guarantees owed").
+// Only for takes that book (unpaced: see take); nothing while the plan is
+// provisional (its parameters are the window before's), or computed under
+// other settings (a reload under way).
+func (r *view) owedOf(paid int64) int64 {
+	p := &r.plan
+	l, ok := r.pol.(lender)
+	if !ok || r.cfg.Pace || p.provisional || p.print != r.sharePrint {
+		return 0
+	}
+	return max(0, l.expected(&p.params)-paid)
+}
+
 // budgetSeen is the budget as the last take left it, for the Retry-After
 // of a client it left short (view.take): granted of left (the capacity in
 // force), what of the rest is owed, and whether what the fleet holds is
@@ -213,7 +227,7 @@ func (r *view) returnPool() {
 type budgetSeen struct {
 	window        int64
 	granted, left int64
-	owed          int64 // the guarantees still owed to the clients (budget.owed)
+	owed          int64 // the guarantees still owed to the clients (owedOf)
 	held          bool
 }
 
@@ -268,11 +282,6 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 				return nil, nil // a return to a window that is over, or nothing to settle
 			}
 			v, changed = budget{window: p.window, roll: p.roll, capacity: r.cfg.Capacity, end: end}, true
-			if l, ok := r.pol.(lender); ok && ask != nil {
-				// (owedAfter; kept, like the bookings it bounds, only for
-				// takes that book: see take)
-				v.owed = min(l.expected(&p.params), v.capacity)
-			}
 		}
 		if r.cfg.Capacity < v.capacity {
 			// A smaller capacity takes effect at once for the rest of the
@@ -312,24 +321,25 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			}
 			clipped = moved < allowed
 			if ask != nil {
-				// (Never more than the budget has left: a client counted
-				// twice is owed no unit the budget does not hold.)
-				if owed := min(owedAfter(v.owed, gate, moved), max(0, left-v.granted-moved)); owed != v.owed {
-					v.owed, changed = owed, true
+				if paid := min(max(paidAfter(v.paid, gate, moved), -MaxCapacity), MaxCapacity); paid != v.paid {
+					v.paid, changed = paid, true
 				}
 			}
+			// (Never more than the budget has left: a client counted twice
+			// is owed no unit the budget does not hold.)
+			owed := min(r.owedOf(v.paid), max(0, left-v.granted-moved))
 			switch {
 			case moved > 0 || !clipped || ask == nil:
 			case mine.at > 0:
 				bookedAt = mine.at // booked by this request, in an attempt before
 			case !mine.mine:
-				if bookedAt = bookUnits(&v, ask, gate, v.granted+due+v.owed, mine.ahead, left); bookedAt > 0 {
+				if bookedAt = bookUnits(&v, ask, gate, v.granted+due+owed, mine.ahead, left); bookedAt > 0 {
 					changed = true
 				}
 			}
 			// (What is seen granted counts the units booked for others
 			// ahead: a refused client is not told of a unit that is theirs.)
-			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, owed: v.owed, left: left, held: left < v.capacity}
+			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, owed: owed, left: left, held: left < v.capacity}
 		} else if delta < 0 {
 			moved = -min(-delta, v.granted)
 		}

@@ -139,7 +139,7 @@ func TestEncodingIsPinned(t *testing.T) {
 	fs.claim(8).leased = 11
 	var all []byte
 	all = append(all, appendPlan(nil, &p)...)
-	all = append(all, appendBudget(nil, budget{window: 8, roll: 6, granted: 17, capacity: 40, end: 9_000, late: 2.5, owed: 3, booked: []booking{{client: 3, n: 1, at: 8_500}}})...)
+	all = append(all, appendBudget(nil, budget{window: 8, roll: 6, granted: 17, capacity: 40, end: 9_000, late: 2.5, paid: 3, booked: []booking{{client: 3, n: 1, at: 8_500}}})...)
 	all = append(all, appendBucket(nil, &bkt)...)
 	all = append(all, appendPace(nil, pace{tat: 12_345, turns: []turn{{client: 3, at: 12_000}}})...)
 	all = append(all, appendFleet(nil, &fs)...)

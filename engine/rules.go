@@ -852,7 +852,7 @@ func (m *planMath) stepPhase(budget int) int {
 			if sanitize(s.caps[i])/s.weights[i] > level {
 				m.above++
 			}
-			m.expected += expectedGuarantee(m.def, s.weights[i], s.demands[i])
+			m.expected += expectedGuarantee(m.def, s.weights[i], expectedDemand(s.demands[i], s.shown[i]))
 		}); over {
 			p.params = policyParams{m.def, level, c, m.above, m.expected}
 			m.phase = phaseCaps
@@ -1720,7 +1720,7 @@ func (Fair) Name() string { return "fair" }
 // demands fit. fairCapacity is params[2]. fairAbove is params[3]: how many
 // clients wanted more than the level (per weight unit). fairExpected is
 // params[4]: the units of their guarantees the clients are expected to take
-// (expectedGuarantee), which a window's budget owes from its start.
+// (see "Guarantees owed").
 const (
 	fairLevel    = 1
 	fairCapacity = 2
@@ -1734,6 +1734,16 @@ const (
 // borrow gate's expects (gateFor), summed over the clients by a plan.
 func expectedGuarantee(def, w, d float64) float64 {
 	return math.Min(math.Floor(def*w), math.Ceil(math.Min(sanitize(d), MaxCapacity)))
+}
+
+// expectedDemand is the demand d of a client the fair policy expects back
+// (see "Guarantees owed"): none for one that entered unproven and has
+// shown nothing since (shown ≥ 0: a one-shot id, as far as anyone knows).
+func expectedDemand(d, shown float64) float64 {
+	if shown >= 0 {
+		return 0
+	}
+	return d
 }
 
 // fairLag is how long, as a fraction of the window, pool capacity must sit
@@ -1784,8 +1794,8 @@ func (Fair) keep(pp *policyParams) int64 {
 	return 0
 }
 
-// expected is what a window's budget owes the guarantees from its start:
-// the units the clients are expected to take of them (owedAfter).
+// expected is what the clients are expected to take of their guarantees
+// in the window (see "Guarantees owed").
 func (Fair) expected(pp *policyParams) int64 {
 	return int64(min(max(pp[fairExpected], 0), pp[fairCapacity]))
 }
@@ -1837,7 +1847,7 @@ type borrowGate struct {
 	had     int64   // units the client has had in the window
 	lv      float64 // its water level, in units, for the whole window
 	guar    int64   // its whole guarantee, in units
-	expects int64   // what of its guarantee it asked for in the window before (owedAfter)
+	expects int64   // what of its guarantee it asked for in the window before (owes)
 	burst   float64 // paced: the guarantee accrues from burst × guar; else 1
 	past    bool    // the client has had its entitlement: it borrows from the late pool
 	excess  float64 // with past: the units it has had past its entitlement
@@ -1917,7 +1927,7 @@ func accrued(capacity int64, f float64) int64 {
 
 // gateFor is the gate of a lease for the client with hash hash that has
 // been granted granted units, under plan p at time t (Unix ns), having
-// asked for prev units in the window before. Its tiers are the per-unit
+// asked for prev units in the window before (expectedDemand). Its tiers are the per-unit
 // ones times its weight.
 func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64, prev float64, t int64) borrowGate {
 	l, ok := pol.(lender)
@@ -1991,8 +2001,8 @@ func nextAccrual(paceAt, moreAt int64, cut bool) int64 {
 //     entitlement grows past what it has had, or the pool past what the
 //     budget granted (borrowGate.nextAt).
 func budgetMoreAt(seen budgetSeen, gate borrowGate, clipped bool, cfg *Config, t, start, end int64) int64 {
-	// (Units owed to the other clients' guarantees are not the pool's:
-	// those clients are expected to come for them; see owedAfter.)
+	// (Units owed to the clients' guarantees are not the pool's: those
+	// clients are expected to come for them; see "Guarantees owed".)
 	spoken := seen.granted
 	if clipped {
 		spoken += seen.owed
@@ -2106,34 +2116,39 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 	return r
 }
 
-// owedAfter is what a budget that owed owed to the clients' guarantees
-// owes after a take of moved units through gate. What a client is owed is
-// what it is expected to take of its guarantee (as much as it asked for in
-// the window before, or twice what it has had in this one) and has not
-// had. A window's budget starts owing what the plan expects of every
-// client it counts (Fair.expected, the sum of each one's expects); a take
-// moves what the client is owed from what was expected of it before the
-// take to what is expected of it after.
+// Guarantees owed. A client under its guarantee passes no gate, so a unit
+// booked for a borrower (bookUnits), or a refused client's Retry-After
+// (budgetMoreAt), must come after what the clients are still expected to
+// take of their guarantees: that client would take the unit first, and the
+// booked one, told its time, would find nothing there.
 //
-// Bookings are made beyond it (bookUnits), and a refused client's
-// Retry-After counts it (budgetMoreAt), so that a unit booked for a client
-// past its entitlement is not one that another client takes later within
-// its guarantee: that client passes no gate, and the booked client, told
-// its time, would find nothing there. That holds for a client that has not
-// taken yet: clients that arrive together are refused before some of the
-// others' first takes. The guarantee a client is not expected to take (it
-// asked for less in the window before) is not counted: the pool lends it
-// as the window accrues, and so may a booking. (A client whose first take
-// two workers both see, or that gave its lease back, is paid off twice:
-// owed stays at or above zero, and within what the budget has left.)
-func owedAfter(owed int64, gate borrowGate, moved int64) int64 {
-	if !gate.on {
-		return owed
+// What a client is owed is what it is expected to take of its guarantee
+// (as much as it asked for in the window before, or twice what it has had
+// in this one, up to the guarantee) and has not had. The plan in force
+// expects its clients' part of that from the window's start (Fair.expected:
+// what each asked for before, up to its guarantee; not a one-shot id's,
+// which is not expected back), including the clients that have not taken
+// yet: clients that arrive together are refused before some of the others'
+// first takes. The window's budget counts what the takes paid off of it
+// (paid, by paidAfter), so what is owed is the plan's expectation less
+// that (owedOf): a re-plan within the window, which changes the
+// guarantees and who is counted, changes what is owed with it. A client
+// that takes past what it was expected to (twice what it had) pays off a
+// negative amount: it is owed more.
+//
+// The guarantee a client is not expected to take (it asked for less in the
+// window before) is not owed: the pool lends it as the window accrues, and
+// so may a booking. Owing every client the rest of its guarantee would hold
+// back what a light client does not take until the window's end.
+
+// paidAfter is what the takes of a window paid off of the clients'
+// expected guarantees after a take of moved units through gate, given paid
+// before it.
+func paidAfter(paid int64, gate borrowGate, moved int64) int64 {
+	if !gate.on || gate.had == 0 && moved == 0 {
+		return paid
 	}
-	if gate.had == 0 && moved == 0 {
-		return owed // no take
-	}
-	return max(0, owed-gate.owes(gate.had)+gate.owes(gate.had+moved))
+	return paid + gate.owes(gate.had) - gate.owes(gate.had+moved)
 }
 
 // owes is what the gate's client is owed once it has had h units in the
