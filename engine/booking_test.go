@@ -291,17 +291,8 @@ func TestGuaranteeComesBeforeABooking(t *testing.T) {
 func TestAGuaranteeNotYetTakenIsNotBooked(t *testing.T) {
 	cfg := Defaults(10, 5*time.Second)
 	cfg.Policy = Fair{}
-	store := NewMemStore()
-	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
 	ids := []string{"a", "b", "c"}
-	if err := workers[0].RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	admit := func(at time.Time, id string) Decision {
-		n++
-		return workers[n%2].AdmitAt(at, id)
-	}
+	_, admit := alternating(t, cfg, NewMemStore(), ids...)
 	for w := 1; w <= 3; w++ {
 		at := t0.Add(time.Duration(w)*cfg.Cycle + 10*time.Millisecond)
 		told := map[string]time.Time{}

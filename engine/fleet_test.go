@@ -574,14 +574,7 @@ func TestReclaimLeavesDueBookings(t *testing.T) {
 	if !l.AdmitAt(now, "a").Allowed {
 		t.Fatal("set-up: a refused")
 	}
-	raw, _, err := store.Get(l.view.budgetKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := decodeBudget(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := storedBudget(t, l, store)
 	v.booked = []booking{{client: 7, n: 1, at: now.UnixNano() - int64(time.Millisecond)}}
 	if err := store.Set(l.view.budgetKey, appendBudget(nil, v), 0); err != nil {
 		t.Fatal(err)

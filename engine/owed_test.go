@@ -22,6 +22,32 @@ func storedBudget(t *testing.T, l *Limiter, store Store) budget {
 	return v
 }
 
+// alternating returns two workers of cfg on store, the first having
+// registered ids, and an admit that sends each request to the other worker
+// than the last.
+func alternating(t *testing.T, cfg Config, store Store, ids ...string) ([]*Limiter, func(at time.Time, id string) Decision) {
+	t.Helper()
+	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	if err := workers[0].RegisterAt(t0, ids...); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	return workers, func(at time.Time, id string) Decision {
+		n++
+		return workers[n%2].AdmitAt(at, id)
+	}
+}
+
+// askInTurn sends n requests of each id in turn, 2 ms apart, from at.
+func askInTurn(admit func(at time.Time, id string) Decision, at time.Time, ids []string, n int) {
+	for _, id := range ids {
+		for range n {
+			at = at.Add(2 * time.Millisecond)
+			admit(at, id)
+		}
+	}
+}
+
 // A re-plan in the window (a newcomer counted) lowers the guarantees after
 // the window's budget started owing the roll plan's: the clients then pay
 // off less than was owed for them, and what is left stays owed all window.
@@ -79,24 +105,10 @@ func TestANewcomerCountedMidWindowIsOwedItsGuarantee(t *testing.T) {
 	cfg := Defaults(10, 5*time.Second)
 	cfg.Policy = Fair{}
 	store := NewMemStore()
-	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
-	n := 0
-	admit := func(at time.Time, id string) Decision {
-		n++
-		return workers[n%2].AdmitAt(at, id)
-	}
 	old := []string{"a", "b", "c", "d"}
-	if err := workers[0].RegisterAt(t0, old...); err != nil {
-		t.Fatal(err)
-	}
-	at := t0.Add(cfg.Cycle + 10*time.Millisecond)
-	for _, id := range old {
-		for i := 0; i < 3; i++ {
-			at = at.Add(2 * time.Millisecond)
-			admit(at, id)
-		}
-	}
-	at = t0.Add(2*cfg.Cycle + 10*time.Millisecond)
+	workers, admit := alternating(t, cfg, store, old...)
+	askInTurn(admit, t0.Add(cfg.Cycle+10*time.Millisecond), old, 3) // the window the next is planned from
+	at := t0.Add(2*cfg.Cycle + 10*time.Millisecond)
 	for _, id := range old { // guarantees of 2 (10/4, and 10/5 once e is counted)
 		for i := 0; i < 2; i++ {
 			at = at.Add(2 * time.Millisecond)
@@ -184,28 +196,14 @@ func TestAGrowingHoldingIsOwedAgain(t *testing.T) {
 	cfg := Defaults(10, 5*time.Second)
 	cfg.Policy = Fair{}
 	store := NewMemStore()
-	workers := []*Limiter{newLimiter(t, cfg, store), newLimiter(t, cfg, store)}
+	ids := []string{"a", "b", "c"}
+	workers, admit := alternating(t, cfg, store, ids...)
 	held := int64(10)
 	for _, w := range workers {
 		w.view.holding = fixedHolding{&held}
 	}
-	ids := []string{"a", "b", "c"}
-	if err := workers[0].RegisterAt(t0, ids...); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	admit := func(at time.Time, id string) Decision {
-		n++
-		return workers[n%2].AdmitAt(at, id)
-	}
-	at := t0.Add(cfg.Cycle + 10*time.Millisecond)
-	for _, id := range ids {
-		for i := 0; i < 4; i++ {
-			at = at.Add(2 * time.Millisecond)
-			admit(at, id)
-		}
-	}
-	at = t0.Add(2*cfg.Cycle + 10*time.Millisecond)
+	askInTurn(admit, t0.Add(cfg.Cycle+10*time.Millisecond), ids, 4) // the window the next is planned from
+	at := t0.Add(2*cfg.Cycle + 10*time.Millisecond)
 	held = 4 // the process's lease for the new window is still coming in
 	told := map[string]time.Time{}
 	for _, id := range ids {

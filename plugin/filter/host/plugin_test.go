@@ -480,13 +480,7 @@ func TestTicksComeFastWhileAPlanIsReadInSlices(t *testing.T) {
 		if got := h.GetTickPeriod(); got != uint32(engine.PlanTick.Milliseconds()) {
 			t.Fatalf("tick period while a plan is read in slices: %d ms, want %d", got, engine.PlanTick.Milliseconds())
 		}
-		for i := 0; h.GetTickPeriod() != normal; i++ {
-			if i > 200 {
-				t.Fatalf("the plan is still read after %d fast ticks", i)
-			}
-			h.advance(engine.PlanTick)
-			h.Tick()
-		}
+		tickUntil(t, h, normal, 200, "the plan is still read")
 		if n := h.admittedOf(ids[2], 1); n != 1 {
 			t.Errorf("a counted client refused under the plan read in slices")
 		}
@@ -514,13 +508,7 @@ func TestFastTicksSurviveAClockStepBack(t *testing.T) {
 				h.advance(engine.PlanTick)
 				h.Tick()
 				h.advance(-back)
-				for i := 0; h.GetTickPeriod() != normal; i++ {
-					if i > 400 {
-						t.Fatalf("still ticking fast after %d ticks past the step back", i)
-					}
-					h.advance(engine.PlanTick)
-					h.Tick()
-				}
+				tickUntil(t, h, normal, 400, "still ticking fast past the step back")
 				if n := h.admittedOf(ids[2], 1); n != 1 {
 					t.Errorf("a counted client refused after the step back")
 				}
@@ -553,14 +541,21 @@ func TestTicksComeFastWhileDemandIsWrittenBeforeAWindowEnds(t *testing.T) {
 		if got := h.GetTickPeriod(); got != uint32(engine.PlanTick.Milliseconds()) {
 			t.Fatalf("tick period with demand to write in the last quarter: %d ms, want %d", got, engine.PlanTick.Milliseconds())
 		}
-		for i := 0; h.GetTickPeriod() != normal; i++ {
-			if i > 300 {
-				t.Fatalf("demand still written after %d fast ticks", i)
-			}
-			h.advance(engine.PlanTick)
-			h.Tick()
-		}
+		tickUntil(t, h, normal, 300, "demand still written")
 	})
+}
+
+// tickUntil ticks h every engine.PlanTick until its tick period is normal
+// again, failing with what after most ticks.
+func tickUntil(t *testing.T, h *host, normal uint32, most int, what string) {
+	t.Helper()
+	for i := 0; h.GetTickPeriod() != normal; i++ {
+		if i > most {
+			t.Fatalf("%s after %d fast ticks", what, i)
+		}
+		h.advance(engine.PlanTick)
+		h.Tick()
+	}
 }
 
 func clientIDs(n int) []string {
