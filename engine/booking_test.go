@@ -221,33 +221,42 @@ func TestLastUnitIsBookedOnce(t *testing.T) {
 	}
 }
 
-// paidAfter over a client's takes in a window, with a guarantee of 6: a
-// take pays off what it moves the client's owed down (what it is then
-// expected to take, what it asked for before or twice what it has had, less
-// what it had), and pays off a negative amount when that expectation grows
-// (the client is owed more); takes past its guarantee change nothing.
-func TestPaidAfter(t *testing.T) {
-	gate := func(had, expects int64) borrowGate { return borrowGate{on: true, had: had, guar: 6, expects: expects} }
+// owedAfter over a client's takes in a window, with a guarantee of 6: its
+// first take adds what it leaves of what it is expected to take of its
+// guarantee (what it asked for in the window before, or twice what it has
+// had), the next ones pay that off, and takes past it change nothing; its
+// cap bounds what it is expected to take. seenAfter counts what it was
+// expected to take, at its first take only.
+func TestOwedAfter(t *testing.T) {
+	gate := func(had, expects int64) borrowGate {
+		return borrowGate{on: true, had: had, guar: 6, reach: 6, expects: expects}
+	}
+	capped := gate(0, 3)
+	capped.reach = 2
 	for _, c := range []struct {
-		name        string
-		gate        borrowGate
-		moved, want int64
+		name              string
+		owed              int64
+		gate              borrowGate
+		moved, want, seen int64
 	}{
-		{"first take, part of what it asked for before", gate(0, 3), 1, 1},                 // owed 3 → 2
-		{"first take of all it asked for before: expected to double it", gate(0, 3), 3, 0}, // 3 → 3
-		{"first take past its guarantee", gate(0, 3), 7, 3},                                // 3 → 0
-		{"first take refused: nothing paid", gate(0, 3), 0, 0},
-		{"a client that asked for nothing before is expected to double what it had", gate(0, 0), 1, -1}, // 0 → 1
-		{"... up to its guarantee", gate(0, 0), 4, -2},                                                  // 0 → 2
-		{"a light client's one unit holds back one more", gate(0, 1), 1, 0},                             // 1 → 1
-		{"a later take pays off", gate(4, 6), 1, 1},                                                     // 2 → 1
-		{"a take at twice what it had expects more", gate(2, 3), 1, -1},                                 // 2 → 3
-		{"a later take past it", gate(4, 6), 5, 2},                                                      // 2 → 0
-		{"a take past its guarantee already", gate(6, 6), 2, 0},
-		{"no gate", borrowGate{}, 2, 0},
+		{"first take, part of what it asked for before", 2, gate(0, 3), 1, 4, 3},
+		{"first take of all it asked for before: expected to double it", 2, gate(0, 3), 3, 5, 3},
+		{"first take past its guarantee", 2, gate(0, 3), 7, 2, 3},
+		{"first take refused: not a client that took", 2, gate(0, 3), 0, 2, 0},
+		{"a client that asked for nothing before is expected to double what it had", 2, gate(0, 0), 1, 3, 0},
+		{"... up to its guarantee", 0, gate(0, 0), 4, 2, 0},
+		{"... and its cap", 0, capped, 1, 1, 3},
+		{"a light client's one unit holds back one more", 2, gate(0, 1), 1, 3, 1},
+		{"a later take pays off", 4, gate(4, 6), 1, 3, 0},
+		{"a take at twice what it had expects more", 4, gate(2, 3), 1, 5, 0},
+		{"a later take past it", 4, gate(4, 6), 5, 2, 0},
+		{"a take past its guarantee already", 4, gate(6, 6), 2, 4, 0},
+		{"never below zero (a first take counted on another worker too)", 1, gate(4, 6), 2, 0, 0},
+		{"no gate", 4, borrowGate{}, 2, 4, 0},
 	} {
-		if got := paidAfter(0, c.gate, c.moved); got != c.want {
-			t.Errorf("%s: paidAfter(0, had %d expects %d, %d) = %d, want %d", c.name, c.gate.had, c.gate.expects, c.moved, got, c.want)
+		owed, seen := owedAfter(c.owed, c.gate, c.moved), seenAfter(0, c.gate, c.moved)
+		if owed != c.want || seen != c.seen {
+			t.Errorf("%s: owedAfter(%d, had %d expects %d, %d) = %d, seenAfter(0, …) = %d; want %d, %d", c.name, c.owed, c.gate.had, c.gate.expects, c.moved, owed, seen, c.want, c.seen)
 		}
 	}
 }

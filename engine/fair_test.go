@@ -108,49 +108,43 @@ func TestFairKeep(t *testing.T) {
 
 // TestFairExpected: the plan expects each client to take what it asked
 // for in the window before, up to its guarantee (capacity / clients, per
-// weight, rounded down), and nothing of a one-shot id (one that entered
-// unproven and has shown nothing since: shown ≥ 0); the same whether the
-// plan is computed at once (params, which knows no one-shot ids) or a step
-// at a time (planMath).
+// weight, rounded down) and its cap; the same whether the plan is computed
+// at once (params) or a step at a time (planMath).
 func TestFairExpected(t *testing.T) {
 	for _, tc := range []struct {
-		demands, weights, shown []float64
+		demands, weights, mosts []float64
 		want                    int64
 	}{
-		{[]float64{4, 4, 4}, nil, nil, 9},                  // guarantees of 3 (10/3)
-		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3},          // a light client, an idle one
-		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3},     // what was asked, rounded up
-		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8},     // weights: guarantees of 2 and 8
-		{[]float64{4, 4, 2}, nil, []float64{-1, -1, 2}, 6}, // a one-shot id is not expected back
+		{[]float64{4, 4, 4}, nil, nil, 9},                          // guarantees of 3 (10/3)
+		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3},                  // a light client, an idle one
+		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3},             // what was asked, rounded up
+		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8},             // weights: guarantees of 2 and 8
+		{[]float64{40, 40}, nil, []float64{2, math.Inf(1)}, 2 + 5}, // a cap
 	} {
 		n := len(tc.demands)
-		shown, weights := tc.shown, tc.weights
-		if shown == nil {
-			shown = make([]float64, n)
-			for i := range shown {
-				shown[i] = -1
-			}
-			pp := Fair{}.params(10, tc.demands, tc.weights, nil)
-			if got := (Fair{}).expected(&pp); got != tc.want {
-				t.Errorf("demands %v, weights %v: expected %d, want %d", tc.demands, tc.weights, got, tc.want)
+		pp := Fair{}.params(10, tc.demands, tc.weights, tc.mosts)
+		if got := (Fair{}).expected(&pp); got != tc.want {
+			t.Errorf("demands %v, weights %v, caps %v: expected %d, want %d", tc.demands, tc.weights, tc.mosts, got, tc.want)
+		}
+		s := &planScratch{demands: tc.demands, weights: tc.weights, mosts: tc.mosts, shown: make([]float64, n), isNew: make([]bool, n), hashes: make([]uint64, n)}
+		if s.weights == nil {
+			s.weights = make([]float64, n)
+			for i := range s.weights {
+				s.weights[i] = 1
 			}
 		}
-		if weights == nil {
-			weights = make([]float64, n)
-			for i := range weights {
-				weights[i] = 1
+		if s.mosts == nil {
+			s.mosts = make([]float64, n)
+			for i := range s.mosts {
+				s.mosts[i] = math.Inf(1)
 			}
-		}
-		s := &planScratch{demands: tc.demands, weights: weights, shown: shown, isNew: make([]bool, n), hashes: make([]uint64, n), mosts: make([]float64, n)}
-		for i := range s.mosts {
-			s.mosts[i] = math.Inf(1)
 		}
 		var m planMath
 		m.start(&plan{}, s, Fair{}, 10, 10)
 		for !m.step(1) {
 		}
 		if got := (Fair{}).expected(&m.next.params); got != tc.want {
-			t.Errorf("demands %v, weights %v, shown %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, tc.shown, got, tc.want)
+			t.Errorf("demands %v, weights %v, caps %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, tc.mosts, got, tc.want)
 		}
 	}
 }

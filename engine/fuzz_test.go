@@ -58,7 +58,7 @@ func FuzzCodecs(f *testing.F) {
 	f.Add(appendPlan(nil, &plan{id: 1, roll: 1, capacity: 1, buckets: 1, scale: 1, cycle: 1}))
 	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2}))
 	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2, booked: []booking{{client: 4, n: 1, at: 9}, {client: 5, at: 7}}}))
-	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2, late: 1.5, paid: -3, booked: []booking{{client: 4, n: 1, at: 9}}}))
+	f.Add(appendBudget(nil, budget{roll: 1, capacity: 5, granted: 2, late: 1.5, owed: 3, seen: 2, booked: []booking{{client: 4, n: 1, at: 9}}}))
 	f.Add(appendBucket(nil, &bucketVal{overflow: true, entries: []entry{{hash: 7, share: 3, granted: 1}}}))
 	f.Add(appendPace(nil, pace{tat: 11, turns: []turn{{client: 2, at: 12}, {client: 3, at: 14}}}))
 	f.Add([]byte{})

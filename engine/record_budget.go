@@ -14,8 +14,8 @@ import (
 // budgetVersion and budgetLen: the window budget's encoding, before its
 // bookings (budgetBookingLen each).
 const (
-	budgetVersion    = 5
-	budgetLen        = 1 + 8*7 + 1 + sealLen
+	budgetVersion    = 6
+	budgetLen        = 1 + 8*8 + 1 + sealLen
 	budgetBookingLen = 4 + 4 + 8 // client, n, at
 )
 
@@ -30,7 +30,8 @@ type budget struct {
 	capacity int64
 	end      int64     // when the window ends (Unix ns, on the shifted clock of the plan that opened it)
 	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
-	paid     int64     // the fair policy's: what the takes paid off of the guarantees the clients are expected to take (paidAfter)
+	owed     int64     // the fair policy's: what the clients that took are still owed of their guarantees (owedAfter)
+	seen     int64     // the fair policy's: what was expected of the clients that took (seenAfter)
 	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
@@ -50,7 +51,8 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, uint64(v.capacity))
 	dst = le.AppendUint64(dst, uint64(v.end))
 	dst = le.AppendUint64(dst, math.Float64bits(v.late))
-	dst = le.AppendUint64(dst, uint64(v.paid))
+	dst = le.AppendUint64(dst, uint64(v.owed))
+	dst = le.AppendUint64(dst, uint64(v.seen))
 	dst = append(dst, byte(len(v.booked)))
 	for _, b := range v.booked {
 		dst = le.AppendUint32(dst, b.client)
@@ -77,7 +79,8 @@ func decodeBudget(b []byte) (budget, error) {
 		granted:  int64(le.Uint64(b[17:])),
 		capacity: int64(le.Uint64(b[25:])),
 		late:     math.Float64frombits(le.Uint64(b[41:])),
-		paid:     int64(le.Uint64(b[49:])),
+		owed:     int64(le.Uint64(b[49:])),
+		seen:     int64(le.Uint64(b[57:])),
 	}
 	for i := 0; i < int(b[count]); i++ {
 		e := b[count+1+i*budgetBookingLen:]
@@ -89,7 +92,7 @@ func decodeBudget(b []byte) (budget, error) {
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
 		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) ||
-		v.paid < -MaxCapacity || v.paid > MaxCapacity {
+		v.owed < 0 || v.owed > MaxCapacity || v.seen < 0 || v.seen > MaxCapacity {
 		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
@@ -206,18 +209,22 @@ func (r *view) returnPool() {
 	q.used = false
 }
 
-// owedOf is what the clients are still owed of their guarantees under the
-// plan in force, the takes having paid off paid (see "Guarantees owed").
-// Only for takes that book (unpaced: see take); nothing while the plan is
-// provisional (its parameters are the window before's), or computed under
-// other settings (a reload under way).
-func (r *view) owedOf(paid int64) int64 {
+// owedOf is what budget v owes the clients' guarantees under the plan in
+// force (see "Guarantees owed"): to the clients that took, and what the
+// plan expects of those that have not. Only for takes that book (unpaced:
+// see take); the second part not while the plan is provisional (its
+// parameters are the window before's), or computed under other settings
+// (a reload under way).
+func (r *view) owedOf(v *budget) int64 {
 	p := &r.plan
 	l, ok := r.pol.(lender)
-	if !ok || r.cfg.Pace || p.provisional || p.print != r.sharePrint {
+	if !ok || r.cfg.Pace {
 		return 0
 	}
-	return max(0, l.expected(&p.params)-paid)
+	if p.provisional || p.print != r.sharePrint {
+		return v.owed
+	}
+	return v.owed + max(0, l.expected(&p.params)-v.seen)
 }
 
 // budgetSeen is the budget as the last take left it, for the Retry-After
@@ -320,14 +327,17 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 				v.late, changed = late, true
 			}
 			clipped = moved < allowed
-			if ask != nil {
-				if paid := min(max(paidAfter(v.paid, gate, moved), -MaxCapacity), MaxCapacity); paid != v.paid {
-					v.paid, changed = paid, true
+			if ask != nil && moved >= ask.need {
+				// (A take short of the request's need goes back to the
+				// budget whole (sync): it is no take of the client's.)
+				owed, seen := min(owedAfter(v.owed, gate, moved), MaxCapacity), min(seenAfter(v.seen, gate, moved), MaxCapacity)
+				if owed != v.owed || seen != v.seen {
+					v.owed, v.seen, changed = owed, seen, true
 				}
 			}
 			// (Never more than the budget has left: a client counted twice
 			// is owed no unit the budget does not hold.)
-			owed := min(r.owedOf(v.paid), max(0, left-v.granted-moved))
+			owed := min(r.owedOf(&v), max(0, left-v.granted-moved))
 			switch {
 			case moved > 0 || !clipped || ask == nil:
 			case mine.at > 0:

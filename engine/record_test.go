@@ -128,7 +128,7 @@ func FuzzTransaction(f *testing.F) {
 // they encode alike: a change here without a new recordFormat would have
 // an upgraded module read the draining one's values as unreadable.
 func TestEncodingIsPinned(t *testing.T) {
-	const want = "0ab6d291b29cfb43"
+	const want = "702dd40a1dc8ca4d"
 	p := plan{id: 7, roll: 6, window: 1_700_000_000, at: 1_700_000_000_123, capacity: 40, n: 3, pending: 1, buckets: 4,
 		cycle: int64(time.Second), shift: 2, born: 9, newCycle: int64(time.Second), newBuckets: 4}
 	p.params[0], p.thrFrac, p.thrHash, p.promoted, p.spread = 13.5, 0.25, 99, 42, 1.5
@@ -139,7 +139,7 @@ func TestEncodingIsPinned(t *testing.T) {
 	fs.claim(8).leased = 11
 	var all []byte
 	all = append(all, appendPlan(nil, &p)...)
-	all = append(all, appendBudget(nil, budget{window: 8, roll: 6, granted: 17, capacity: 40, end: 9_000, late: 2.5, paid: 3, booked: []booking{{client: 3, n: 1, at: 8_500}}})...)
+	all = append(all, appendBudget(nil, budget{window: 8, roll: 6, granted: 17, capacity: 40, end: 9_000, late: 2.5, owed: 3, seen: 1, booked: []booking{{client: 3, n: 1, at: 8_500}}})...)
 	all = append(all, appendBucket(nil, &bkt)...)
 	all = append(all, appendPace(nil, pace{tat: 12_345, turns: []turn{{client: 3, at: 12_000}}})...)
 	all = append(all, appendFleet(nil, &fs)...)

@@ -852,7 +852,7 @@ func (m *planMath) stepPhase(budget int) int {
 			if sanitize(s.caps[i])/s.weights[i] > level {
 				m.above++
 			}
-			m.expected += expectedGuarantee(m.def, s.weights[i], expectedDemand(s.demands[i], s.shown[i]))
+			m.expected += expectedGuarantee(m.def, s.weights[i], min(s.demands[i], s.mosts[i]))
 		}); over {
 			p.params = policyParams{m.def, level, c, m.above, m.expected}
 			m.phase = phaseCaps
@@ -1729,21 +1729,12 @@ const (
 )
 
 // expectedGuarantee is what a client of weight w, having asked for d in
-// the window before, is expected to take of its guarantee (def per weight
-// unit) in the next: what it asked for, up to its guarantee. It is the
-// borrow gate's expects (gateFor), summed over the clients by a plan.
+// the window before (its cap bounds d), is expected to take of its
+// guarantee (def per weight unit) in the next: what it asked for, up to its
+// guarantee. It is the borrow gate's expects (gateFor), summed over the
+// clients by a plan.
 func expectedGuarantee(def, w, d float64) float64 {
 	return math.Min(math.Floor(def*w), math.Ceil(math.Min(sanitize(d), MaxCapacity)))
-}
-
-// expectedDemand is the demand d of a client the fair policy expects back
-// (see "Guarantees owed"): none for one that entered unproven and has
-// shown nothing since (shown ≥ 0: a one-shot id, as far as anyone knows).
-func expectedDemand(d, shown float64) float64 {
-	if shown >= 0 {
-		return 0
-	}
-	return d
 }
 
 // fairLag is how long, as a fraction of the window, pool capacity must sit
@@ -1760,7 +1751,7 @@ const lateKeep = 2
 
 // params computes D, the water level L and how many clients wanted more
 // than L over every client's demand.
-func (Fair) params(capacity int64, demands, weights, _ []float64) policyParams {
+func (Fair) params(capacity int64, demands, weights, mosts []float64) policyParams {
 	c := float64(capacity)
 	level := weightedLevel(c, demands, weights)
 	def := c / totalWeight(weights, len(demands))
@@ -1769,7 +1760,11 @@ func (Fair) params(capacity int64, demands, weights, _ []float64) policyParams {
 		if sanitize(d)/weightAt(weights, i) > level {
 			above++
 		}
-		expected += expectedGuarantee(def, weightAt(weights, i), d)
+		most := math.Inf(1)
+		if mosts != nil {
+			most = mosts[i]
+		}
+		expected += expectedGuarantee(def, weightAt(weights, i), math.Min(d, most))
 	}
 	return policyParams{def, level, c, above, expected}
 }
@@ -1847,6 +1842,7 @@ type borrowGate struct {
 	had     int64   // units the client has had in the window
 	lv      float64 // its water level, in units, for the whole window
 	guar    int64   // its whole guarantee, in units
+	reach   int64   // what of it the client may take: its guarantee, or its cap if less (owes)
 	expects int64   // what of its guarantee it asked for in the window before (owes)
 	burst   float64 // paced: the guarantee accrues from burst × guar; else 1
 	past    bool    // the client has had its entitlement: it borrows from the late pool
@@ -1927,7 +1923,7 @@ func accrued(capacity int64, f float64) int64 {
 
 // gateFor is the gate of a lease for the client with hash hash that has
 // been granted granted units, under plan p at time t (Unix ns), having
-// asked for prev units in the window before (expectedDemand). Its tiers are the per-unit
+// asked for prev units in the window before. Its tiers are the per-unit
 // ones times its weight.
 func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64, prev float64, t int64) borrowGate {
 	l, ok := pol.(lender)
@@ -1936,7 +1932,8 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 	}
 	g, lv := l.tiers(&p.params)
 	w := cfg.weightOf(hash)
-	expects := int64(expectedGuarantee(g, w, prev))
+	most := cfg.mostOf(hash)
+	expects := int64(expectedGuarantee(g, w, math.Min(prev, most)))
 	g, lv = g*w, lv*w
 	f := windowElapsed(p, cfg, t)
 	// The level accrues over the window like the pool, so that borrowers
@@ -1958,6 +1955,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 		had:     granted,
 		lv:      lv,
 		guar:    guar,
+		reach:   int64(math.Min(float64(guar), math.Floor(most))),
 		expects: expects,
 		burst:   burst,
 		past:    granted >= entitled,
@@ -2124,39 +2122,59 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 //
 // What a client is owed is what it is expected to take of its guarantee
 // (as much as it asked for in the window before, or twice what it has had
-// in this one, up to the guarantee) and has not had. The plan in force
-// expects its clients' part of that from the window's start (Fair.expected:
-// what each asked for before, up to its guarantee; not a one-shot id's,
-// which is not expected back), including the clients that have not taken
-// yet: clients that arrive together are refused before some of the others'
-// first takes. The window's budget counts what the takes paid off of it
-// (paid, by paidAfter), so what is owed is the plan's expectation less
-// that (owedOf): a re-plan within the window, which changes the
-// guarantees and who is counted, changes what is owed with it. A client
-// that takes past what it was expected to (twice what it had) pays off a
-// negative amount: it is owed more.
+// in this one; up to its guarantee and its cap) and has not had. The
+// window's budget counts it in two parts:
+//
+//   - owed, to the clients that took in the window: a client's first take
+//     adds what it is owed after it, and each later take moves that
+//     (owedAfter), as each client's own gate sees it;
+//   - to the clients that have not taken yet, what the plan in force
+//     expects of its clients (Fair.expected: what each asked for before,
+//     up to its guarantee and cap, the gate's expects) less what it
+//     expected of those that took (seen, the sum of their expects at their
+//     first take). Clients that arrive together are refused before some of
+//     the others' first takes: counting only the clients that took booked
+//     one unit for two of them.
+//
+// owedOf adds the two where they are used. A worker behind a re-plan that
+// counted a newcomer still owes it what it took (the first part); a re-plan
+// that changes the guarantees moves the second part with it, but not
+// exactly: seen keeps the expects of the takes made before it. A
+// provisional plan carries the window before's parameters: it expects
+// nothing. A one-shot id is expected to take what its one request asked
+// for (the route's cost), the same whether or not it comes back.
 //
 // The guarantee a client is not expected to take (it asked for less in the
 // window before) is not owed: the pool lends it as the window accrues, and
 // so may a booking. Owing every client the rest of its guarantee would hold
 // back what a light client does not take until the window's end.
 
-// paidAfter is what the takes of a window paid off of the clients'
-// expected guarantees after a take of moved units through gate, given paid
-// before it.
-func paidAfter(paid int64, gate borrowGate, moved int64) int64 {
-	if !gate.on || gate.had == 0 && moved == 0 {
-		return paid
+// owedAfter is what the budget owes the clients that took in the window
+// after a take of moved units through gate, given owed before it; seenAfter
+// is seen after it (see "Guarantees owed").
+func owedAfter(owed int64, gate borrowGate, moved int64) int64 {
+	switch {
+	case !gate.on || moved == 0:
+		return owed
+	case gate.had == 0:
+		return owed + gate.owes(moved) // (not counted before its first take)
 	}
-	return paid + gate.owes(gate.had) - gate.owes(gate.had+moved)
+	return max(0, owed-gate.owes(gate.had)+gate.owes(gate.had+moved))
+}
+
+func seenAfter(seen int64, gate borrowGate, moved int64) int64 {
+	if !gate.on || gate.had > 0 || moved == 0 {
+		return seen
+	}
+	return seen + gate.expects
 }
 
 // owes is what the gate's client is owed once it has had h units in the
 // window: what it is expected to take of its guarantee (what it asked for
 // in the window before, or twice h, for a client back from an idle
-// window), less h. (0 without a gate.)
+// window; never past its cap), less h. (0 without a gate.)
 func (b borrowGate) owes(h int64) int64 {
-	return max(0, min(b.guar, max(b.expects, 2*h))-h)
+	return max(0, min(b.reach, max(b.expects, 2*h))-h)
 }
 
 // bookUnits books ask's unit in v for when gate next lets one through, if

@@ -1056,7 +1056,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 				if pooled {
 					extra = r.poolAsk()
 				}
-				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, expectedDemand(e.prev, shown(&e)), t)
+				gate := gateFor(r.pol, p, r.cfg, e.hash, e.granted+inHand, e.prev, t)
 				// (again: an attempt before this one booked for the
 				// request, and its booking is no early ask.)
 				got, took, err := r.take(want-inHand+extra, need-inHand, t, gate, e.hash, h.booked)
