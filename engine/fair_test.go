@@ -109,24 +109,36 @@ func TestFairKeep(t *testing.T) {
 // TestFairExpected: the plan expects each client to take what it asked
 // for in the window before, up to its guarantee (capacity / clients, per
 // weight, rounded down) and its cap; the same whether the plan is computed
-// at once (params) or a step at a time (planMath).
+// at once (params) or a step at a time (planMath). A plan within the window
+// (a re-plan) expects only of the clients that have not taken yet.
 func TestFairExpected(t *testing.T) {
 	for _, tc := range []struct {
 		demands, weights, mosts []float64
 		want                    int64
+		granted                 []int64 // in the window planned, by a re-plan's clients
+		rest                    int64   // what the re-plan expects
 	}{
-		{[]float64{4, 4, 4}, nil, nil, 9},                          // guarantees of 3 (10/3)
-		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3},                  // a light client, an idle one
-		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3},             // what was asked, rounded up
-		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8},             // weights: guarantees of 2 and 8
-		{[]float64{40, 40}, nil, []float64{2, math.Inf(1)}, 2 + 5}, // a cap
+		{[]float64{4, 4, 4}, nil, nil, 9, []int64{2, 0, 0}, 6},             // one client took
+		{[]float64{4, 4, 4}, nil, nil, 9, []int64{1, 3, 7}, 0},             // all did
+		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8, []int64{0, 1}, 2},   // weights
+		{[]float64{4, 4, 4}, nil, nil, 9, nil, 0},                          // guarantees of 3 (10/3)
+		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3, nil, 0},                  // a light client, an idle one
+		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3, nil, 0},             // what was asked, rounded up
+		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8, nil, 0},             // weights: guarantees of 2 and 8
+		{[]float64{40, 40}, nil, []float64{2, math.Inf(1)}, 2 + 5, nil, 0}, // a cap
 	} {
 		n := len(tc.demands)
 		pp := Fair{}.params(10, tc.demands, tc.weights, tc.mosts)
 		if got := (Fair{}).expected(&pp); got != tc.want {
 			t.Errorf("demands %v, weights %v, caps %v: expected %d, want %d", tc.demands, tc.weights, tc.mosts, got, tc.want)
 		}
-		s := &planScratch{demands: tc.demands, weights: tc.weights, mosts: tc.mosts, shown: make([]float64, n), isNew: make([]bool, n), hashes: make([]uint64, n)}
+		s := &planScratch{demands: tc.demands, weights: tc.weights, mosts: tc.mosts, granted: tc.granted, shown: make([]float64, n), isNew: make([]bool, n), hashes: make([]uint64, n)}
+		want := tc.want
+		if s.granted == nil {
+			s.granted = make([]int64, n)
+		} else {
+			want = tc.rest
+		}
 		if s.weights == nil {
 			s.weights = make([]float64, n)
 			for i := range s.weights {
@@ -143,8 +155,8 @@ func TestFairExpected(t *testing.T) {
 		m.start(&plan{}, s, Fair{}, 10, 10)
 		for !m.step(1) {
 		}
-		if got := (Fair{}).expected(&m.next.params); got != tc.want {
-			t.Errorf("demands %v, weights %v, caps %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, tc.mosts, got, tc.want)
+		if got := (Fair{}).expected(&m.next.params); got != want {
+			t.Errorf("demands %v, weights %v, caps %v, granted %v: a plan a step at a time expects %d, want %d", tc.demands, tc.weights, tc.mosts, tc.granted, got, want)
 		}
 	}
 }

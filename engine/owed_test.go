@@ -433,3 +433,56 @@ func TestAUnitGivenBackIsNotPaidOff(t *testing.T) {
 		t.Errorf("the request refused four more times, nothing granted, yet owed went from %d to %d", before, l.view.owedOf(&v))
 	}
 }
+
+// A re-plan that lowers the guarantees (a newcomer counted) after a client
+// took its old one owes the clients that have not taken their new ones in
+// full. Capacity 14: a takes its guarantee of 4, then newcomer d is counted
+// and the guarantees become 3; d takes its 3, leaving 7, of which b and c,
+// not asking yet, are owed 3 each. One unit is spare: a and d, refused
+// past their guarantees, may not both be booked it.
+func TestAShrunkGuaranteeIsOwedInFullToThoseYetToTake(t *testing.T) {
+	cfg := Defaults(14, 5*time.Second)
+	cfg.Policy = Fair{}
+	store := NewMemStore()
+	old := []string{"a", "b", "c"}
+	workers, admit := alternating(t, cfg, store, old...)
+	askInTurn(admit, t0.Add(cfg.Cycle+10*time.Millisecond), old, 5) // the window the next is planned from
+	at := t0.Add(2*cfg.Cycle + 10*time.Millisecond)
+	take := func(id string, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			at = at.Add(2 * time.Millisecond)
+			if d := admit(at, id); !d.Allowed {
+				t.Fatalf("%s refused its guarantee: %+v (budget %+v)", id, d, storedBudget(t, workers[0], store))
+			}
+		}
+	}
+	take("a", 4)
+	take("d", 3) // a newcomer, counted at once by a re-plan: guarantees of 14/4
+	v := storedBudget(t, workers[0], store)
+	if owed, want := workers[0].view.owedOf(&v), int64(3+3); owed != want {
+		t.Errorf("after d's guarantee, %d owed, with b and c yet to take 3 each (budget %+v, params %v)", owed, v, workers[0].view.plan.params)
+	}
+	told := map[string]time.Time{}
+	for _, id := range []string{"a", "d"} {
+		at = at.Add(2 * time.Millisecond)
+		if d := admit(at, id); d.Allowed {
+			t.Fatalf("%s admitted past its guarantee: %+v", id, d)
+		} else if d.RetryAfter < d.Reset {
+			told[id] = at.Add(d.RetryAfter)
+		}
+	}
+	if len(told) > 1 {
+		t.Errorf("a and d both told a unit in the window (%v), with one to spare", told)
+	}
+	take("b", 3)
+	take("c", 3)
+	for id, when := range told {
+		if !when.After(at) {
+			t.Fatalf("%s told %v, before b and c took their guarantees (%v)", id, when.Sub(t0), at.Sub(t0))
+		}
+		if d := admit(when, id); !d.Allowed {
+			t.Errorf("%s, told its unit at %v, was refused then: %+v (budget %+v)", id, when.Sub(t0), d, storedBudget(t, workers[0], store))
+		}
+	}
+}

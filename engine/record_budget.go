@@ -227,6 +227,29 @@ func (r *view) owedOf(v *budget) int64 {
 	return v.owed + max(0, l.expected(&p.params)-v.seen)
 }
 
+// countTaken completes what next, computed from a scan that has just
+// ended, expects of the clients' guarantees (lender.expected): the scan
+// counted the clients that had not taken in the window, and the budget read
+// now holds, in seen, what was expected of those that had, at their first
+// takes (a budget of another window: none yet). So owedOf, less seen, owes
+// exactly the clients yet to take, whatever the plans before next expected.
+// A client whose first take falls between the read of its bucket and this
+// read is expected twice: owed until the window's end, on the safe side.
+func (r *view) countTaken(next *plan) error {
+	l, ok := r.pol.(lender)
+	if !ok {
+		return nil
+	}
+	v, _, corrupt, err := r.readBudget()
+	if err != nil {
+		return err
+	}
+	if start, _ := planWindow(next, r.cfg); !corrupt && v.end > start {
+		l.countTaken(&next.params, v.seen)
+	}
+	return nil
+}
+
 // budgetSeen is the budget as the last take left it, for the Retry-After
 // of a client it left short (view.take): granted of left (the capacity in
 // force), what of the rest is owed, and whether what the fleet holds is

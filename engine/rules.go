@@ -852,7 +852,9 @@ func (m *planMath) stepPhase(budget int) int {
 			if sanitize(s.caps[i])/s.weights[i] > level {
 				m.above++
 			}
-			m.expected += expectedGuarantee(m.def, s.weights[i], min(s.demands[i], s.mosts[i]))
+			if s.granted[i] == 0 { // (see "Guarantees owed": of the clients yet to take)
+				m.expected += expectedGuarantee(m.def, s.weights[i], min(s.demands[i], s.mosts[i]))
+			}
 		}); over {
 			p.params = policyParams{m.def, level, c, m.above, m.expected}
 			m.phase = phaseCaps
@@ -1719,8 +1721,9 @@ func (Fair) Name() string { return "fair" }
 // fairLevel is params[1]: the water level, or the capacity itself when the
 // demands fit. fairCapacity is params[2]. fairAbove is params[3]: how many
 // clients wanted more than the level (per weight unit). fairExpected is
-// params[4]: the units of their guarantees the clients are expected to take
-// (see "Guarantees owed").
+// params[4]: the units of their guarantees the clients yet to take are
+// expected to take, plus what was expected of those that had taken (see
+// "Guarantees owed").
 const (
 	fairLevel    = 1
 	fairCapacity = 2
@@ -1790,10 +1793,17 @@ func (Fair) keep(pp *policyParams) int64 {
 }
 
 // expected is what the clients are expected to take of their guarantees
-// in the window (see "Guarantees owed").
+// in the window (see "Guarantees owed"): of the clients yet to take when
+// the plan was computed, and, as expected at their first takes, of those
+// that had taken (countTaken). Old and new guarantees together may
+// exceed the capacity, never twice it.
 func (Fair) expected(pp *policyParams) int64 {
-	return int64(min(max(pp[fairExpected], 0), pp[fairCapacity]))
+	return int64(min(max(pp[fairExpected], 0), 2*pp[fairCapacity]))
 }
+
+// countTaken adds to what pp expects seen, what was expected of the
+// clients that had taken in the window when pp was computed.
+func (Fair) countTaken(pp *policyParams, seen int64) { pp[fairExpected] += float64(seen) }
 
 // Allocate implements Policy with the split the fair policy settles to
 // when demand is steady: max-min over the demands, what is left over
@@ -1826,6 +1836,7 @@ type lender interface {
 	tiers(pp *policyParams) (guarantee, level float64)
 	keep(pp *policyParams) int64
 	expected(pp *policyParams) int64
+	countTaken(pp *policyParams, seen int64)
 }
 
 // borrowGate limits what one lease may take from the window budget, in
@@ -2129,19 +2140,21 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 //     adds what it is owed after it, and each later take moves that
 //     (owedAfter), as each client's own gate sees it;
 //   - to the clients that have not taken yet, what the plan in force
-//     expects of its clients (Fair.expected: what each asked for before,
-//     up to its guarantee and cap, the gate's expects) less what it
-//     expected of those that took (seen, the sum of their expects at their
-//     first take). Clients that arrive together are refused before some of
-//     the others' first takes: counting only the clients that took booked
-//     one unit for two of them.
+//     expects (Fair.expected) less seen, the sum of the expects of the
+//     window's first takes. The plan's scan sums what it expects of each
+//     client that had not taken (what it asked for before, up to its
+//     guarantee and cap, the gate's expects), and the plan adds seen as it
+//     read it after the scan (view.countTaken): what was expected of the
+//     takers before it, under whatever guarantees, cancels out. Clients
+//     that arrive together are refused before some of the others' first
+//     takes: counting only the clients that took booked one unit for two
+//     of them.
 //
 // owedOf adds the two where they are used. A worker behind a re-plan that
-// counted a newcomer still owes it what it took (the first part); a re-plan
-// that changes the guarantees moves the second part with it, but not
-// exactly: seen keeps the expects of the takes made before it. A
-// provisional plan carries the window before's parameters: it expects
-// nothing. A one-shot id is expected to take what its one request asked
+// counted a newcomer still owes it what it took (the first part); a
+// re-plan that lowers the guarantees owes the clients yet to take their
+// new ones in full. A provisional plan carries the window before's
+// parameters: it expects nothing. A one-shot id is expected to take what its one request asked
 // for (the route's cost), the same whether or not it comes back.
 //
 // The guarantee a client is not expected to take (it asked for less in the

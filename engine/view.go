@@ -412,6 +412,9 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			}
 			found, completes = sl.found, true
 			copyShares(&next, &sl.math.next)
+			if err := r.countTaken(&next); err != nil {
+				return nil, err
+			}
 			// Clients proven since the read started are counted under cur
 			// (registered) though the read may have passed their buckets
 			// before: they stay pending, so the table's bound holds and the
@@ -448,6 +451,9 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			return nil, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
+		if err := r.countTaken(&next); err != nil {
+			return nil, err
+		}
 		closed = judgeWindow(cur.capacity, &r.scratch.closed)
 		taken = step
 		return &next, nil
