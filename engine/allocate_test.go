@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // The worked example (docs/contract.md, "How shares are computed"):
@@ -154,5 +156,45 @@ func assertShares(t *testing.T, got, want []int64) {
 		if got[i] != want[i] {
 			t.Fatalf("shares = %v, want %v", got, want)
 		}
+	}
+}
+
+// A policy set by pointer is the policy it points to (the engine's rules
+// tell the policies apart by their values), and a nil one the default:
+// the same plan, decision for decision, as the value.
+func TestAPolicyByPointerPlansAsItsValue(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		value, ptr Policy
+	}{
+		{"seed", Seed{Reservation: 0.3}, &Seed{Reservation: 0.3}},
+		{"fair", Fair{}, &Fair{}},
+		{"static", Static{}, &Static{}},
+		{"nil seed", nil, (*Seed)(nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(pol Policy) ([]bool, policyParams) {
+				cfg := Defaults(12, 5*time.Second)
+				cfg.Policy = pol
+				l := newLimiter(t, cfg, NewMemStore())
+				if err := l.RegisterAt(t0, "a", "b", "c"); err != nil {
+					t.Fatal(err)
+				}
+				var got []bool
+				at := t0.Add(cfg.Cycle)
+				for w := 0; w < 3; w++ {
+					for i, id := range []string{"a", "a", "a", "b", "a", "a", "c", "a", "a", "a", "b", "a"} {
+						got = append(got, l.AdmitAt(at.Add(time.Duration(i+1)*time.Millisecond), id).Allowed)
+					}
+					at = at.Add(cfg.Cycle)
+				}
+				return got, l.view.plan.params
+			}
+			want, wantParams := run(tc.value)
+			got, gotParams := run(tc.ptr)
+			if fmt.Sprint(got) != fmt.Sprint(want) || gotParams != wantParams {
+				t.Errorf("by pointer: admitted %v, params %v; by value: %v, %v", got, gotParams, want, wantParams)
+			}
+		})
 	}
 }

@@ -36,7 +36,7 @@ type Config struct {
 	// Reservation is the seed policy's reservation fraction, in [0, 1].
 	Reservation float64
 	// Policy computes shares: Seed (nil means Seed{Reservation}), Static or
-	// Fair, the closed set of policies (see Policy).
+	// Fair, the closed set of policies (see Policy), by value or pointer.
 	Policy Policy
 	// Pace spreads the capacity over the window (rules.go, Pacing): a client may
 	// spend Burst of its share at once and the rest accrues linearly, and

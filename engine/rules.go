@@ -1315,10 +1315,26 @@ type Policy interface {
 }
 
 // policy is the config's Policy: Seed, with the config's reservation,
-// unless another is set.
+// unless another is set. A policy set by pointer is its value, which the
+// rules tell apart (a plan's parameters are the policy's by a switch on
+// it); a nil pointer is the default, as nil is.
 func (c Config) policy() Policy {
-	if c.Policy != nil {
-		return c.Policy
+	switch p := c.Policy.(type) {
+	case *Seed:
+		if p != nil {
+			return *p
+		}
+	case *Static:
+		if p != nil {
+			return *p
+		}
+	case *Fair:
+		if p != nil {
+			return *p
+		}
+	case nil:
+	default:
+		return p
 	}
 	return Seed{Reservation: c.Reservation}
 }
