@@ -37,7 +37,8 @@ var errCorrupt = errors.New("corrupt value")
 // after a CAS mismatch.
 var errReread = errors.New("read again")
 
-// errStale: the budget belongs to a newer plan's window than the view.
+// errStale: the budget belongs to a newer plan's window than the view, or
+// a newer plan than the view's moved what the clients are owed.
 var errStale = errors.New("view older than the budget")
 
 // errFull: the newcomer cannot be registered (table or probe path full).

@@ -110,22 +110,23 @@ func TestFairKeep(t *testing.T) {
 // for in the window before, up to its guarantee (capacity / clients, per
 // weight, rounded down) and its cap; the same whether the plan is computed
 // at once (params) or a step at a time (planMath). A plan within the window
-// (a re-plan) expects only of the clients that have not taken yet.
+// (a re-plan) owes a client that took what its gate owes it for what it
+// had.
 func TestFairExpected(t *testing.T) {
 	for _, tc := range []struct {
 		demands, weights, mosts []float64
 		want                    int64
 		granted                 []int64 // in the window planned, by a re-plan's clients
-		rest                    int64   // what the re-plan expects
+		owed                    int64   // what the re-plan owes them
 	}{
-		{[]float64{4, 4, 4}, nil, nil, 9, []int64{2, 0, 0}, 6},             // one client took
-		{[]float64{4, 4, 4}, nil, nil, 9, []int64{1, 3, 7}, 0},             // all did
-		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8, []int64{0, 1}, 2},   // weights
-		{[]float64{4, 4, 4}, nil, nil, 9, nil, 0},                          // guarantees of 3 (10/3)
-		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3, nil, 0},                  // a light client, an idle one
-		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3, nil, 0},             // what was asked, rounded up
-		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8, nil, 0},             // weights: guarantees of 2 and 8
-		{[]float64{40, 40}, nil, []float64{2, math.Inf(1)}, 2 + 5, nil, 0}, // a cap
+		{[]float64{4, 4, 4}, nil, nil, 9, []int64{2, 0, 0}, 1 + 3 + 3},       // one took 2 of its 3
+		{[]float64{4, 4, 4}, nil, nil, 9, []int64{1, 3, 7}, 2},               // all took: one is owed 2
+		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8, []int64{0, 1}, 2 + 7}, // weights
+		{[]float64{4, 4, 4}, nil, nil, 9, nil, 0},                            // guarantees of 3 (10/3)
+		{[]float64{1, 0, 7}, nil, nil, 1 + 0 + 3, nil, 0},                    // a light client, an idle one
+		{[]float64{0.2, 2.5, 40}, nil, nil, 1 + 3 + 3, nil, 0},               // what was asked, rounded up
+		{[]float64{9, 9}, []float64{1, 4}, nil, 2 + 8, nil, 0},               // weights: guarantees of 2 and 8
+		{[]float64{40, 40}, nil, []float64{2, math.Inf(1)}, 2 + 5, nil, 0},   // a cap
 	} {
 		n := len(tc.demands)
 		pp := Fair{}.params(10, tc.demands, tc.weights, tc.mosts)
@@ -137,7 +138,7 @@ func TestFairExpected(t *testing.T) {
 		if s.granted == nil {
 			s.granted = make([]int64, n)
 		} else {
-			want = tc.rest
+			want = tc.owed
 		}
 		if s.weights == nil {
 			s.weights = make([]float64, n)

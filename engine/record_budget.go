@@ -14,8 +14,8 @@ import (
 // budgetVersion and budgetLen: the window budget's encoding, before its
 // bookings (budgetBookingLen each).
 const (
-	budgetVersion    = 6
-	budgetLen        = 1 + 8*8 + 1 + sealLen
+	budgetVersion    = 7
+	budgetLen        = 1 + 10*8 + 1 + sealLen
 	budgetBookingLen = 4 + 4 + 8 // client, n, at
 )
 
@@ -32,6 +32,8 @@ type budget struct {
 	late     float64   // the fair policy's late level (see borrowGate.room); 0 under the others
 	owed     int64     // the fair policy's: what the clients that took are still owed of their guarantees (owedAfter)
 	seen     int64     // the fair policy's: what was expected of the clients that took (seenAfter)
+	owedPlan uint64    // the fair policy's: the plan owed and seen are counted under (switchOwed)
+	base     int64     // the fair policy's: owed − seen when owedPlan was put in force
 	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
@@ -53,6 +55,8 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, math.Float64bits(v.late))
 	dst = le.AppendUint64(dst, uint64(v.owed))
 	dst = le.AppendUint64(dst, uint64(v.seen))
+	dst = le.AppendUint64(dst, v.owedPlan)
+	dst = le.AppendUint64(dst, uint64(v.base))
 	dst = append(dst, byte(len(v.booked)))
 	for _, b := range v.booked {
 		dst = le.AppendUint32(dst, b.client)
@@ -81,6 +85,8 @@ func decodeBudget(b []byte) (budget, error) {
 		late:     math.Float64frombits(le.Uint64(b[41:])),
 		owed:     int64(le.Uint64(b[49:])),
 		seen:     int64(le.Uint64(b[57:])),
+		owedPlan: le.Uint64(b[65:]),
+		base:     int64(le.Uint64(b[73:])),
 	}
 	for i := 0; i < int(b[count]); i++ {
 		e := b[count+1+i*budgetBookingLen:]
@@ -92,7 +98,7 @@ func decodeBudget(b []byte) (budget, error) {
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
 		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) ||
-		v.owed < 0 || v.owed > MaxCapacity || v.seen < 0 || v.seen > MaxCapacity {
+		v.owed < 0 || v.owed > MaxCapacity || v.seen < 0 || v.seen > MaxCapacity || v.owedPlan >= maxPlanID || v.base < -MaxCapacity || v.base > MaxCapacity {
 		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
@@ -143,7 +149,10 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-func (r *view) give(n int64) { _, _, _, _ = r.adjust(-n, borrowGate{}, nil) }
+// gate is the borrow gate of the client whose units they were, at what it
+// had before (its grant in the window), when they were one client's: what
+// it is owed moves back (see "Guarantees owed").
+func (r *view) give(n int64, gate borrowGate) { _, _, _, _ = r.adjust(-n, gate, nil) }
 
 // The pool: units a worker took from the window budget ahead of its roomy
 // clients' chunks, so that a chunk costs no budget operation. A worker asks
@@ -203,18 +212,18 @@ func (r *view) returnPool() {
 	case q.roll != r.plan.roll:
 		*q = budgetPool{}
 	case q.units > 0 && !q.used:
-		r.give(q.units)
+		r.give(q.units, borrowGate{})
 		q.units = 0
 	}
 	q.used = false
 }
 
 // owedOf is what budget v owes the clients' guarantees under the plan in
-// force (see "Guarantees owed"): to the clients that took, and what the
-// plan expects of those that have not. Only for takes that book (unpaced:
-// see take); the second part not while the plan is provisional (its
-// parameters are the window before's), or computed under other settings
-// (a reload under way).
+// force (see "Guarantees owed"): what the plan found owed, moved by the
+// takes since it came into force (none yet, when it has not). Only for
+// takes that book (unpaced: see take); only what the takers are owed
+// while the plan is provisional (its parameters are the window before's),
+// or computed under other settings (a reload under way).
 func (r *view) owedOf(v *budget) int64 {
 	p := &r.plan
 	l, ok := r.pol.(lender)
@@ -224,30 +233,31 @@ func (r *view) owedOf(v *budget) int64 {
 	if p.provisional || p.print != r.sharePrint {
 		return v.owed
 	}
-	return v.owed + max(0, l.expected(&p.params)-v.seen)
+	moved := int64(0) // (by the takes since the plan was put in force)
+	if v.owedPlan == p.id {
+		moved = v.owed - v.seen - v.base
+	}
+	return max(0, l.expected(&p.params)+moved)
 }
 
-// countTaken completes what next, computed from a scan that has just
-// ended, expects of the clients' guarantees (lender.expected): the scan
-// counted the clients that had not taken in the window, and the budget read
-// now holds, in seen, what was expected of those that had, at their first
-// takes (a budget of another window: none yet). So owedOf, less seen, owes
-// exactly the clients yet to take, whatever the plans before next expected.
-// A client whose first take falls between the read of its bucket and this
-// read is expected twice: owed until the window's end, on the safe side.
-func (r *view) countTaken(next *plan) error {
-	l, ok := r.pol.(lender)
-	if !ok {
-		return nil
+// owePending adds to what next owes the clients' guarantees (see
+// "Guarantees owed") what it owes the clients it counts without its scan
+// having read them (pending after a plan read in slices: proven while the
+// read went on): their guarantees, at the heaviest weight.
+func (r *view) owePending(next *plan) {
+	if l, ok := r.pol.(lender); ok && next.pending > 0 {
+		def, _ := l.tiers(&next.params)
+		l.owePending(&next.params, int64(next.pending)*guaranteeReach(def, r.cfg.heaviest(), math.Inf(1)))
 	}
-	v, _, corrupt, err := r.readBudget()
-	if err != nil {
-		return err
+}
+
+// switchOwed makes the plan in force the one what is owed is counted
+// under (see "Guarantees owed"), right after it is published: from then
+// on, a take through a gate of an older plan is stale.
+func (r *view) switchOwed() {
+	if _, ok := r.pol.(lender); ok && !r.cfg.Pace && !r.plan.provisional {
+		_, _, _, _ = r.adjust(0, borrowGate{on: true}, nil)
 	}
-	if start, _ := planWindow(next, r.cfg); !corrupt && v.end > start {
-		l.countTaken(&next.params, v.seen)
-	}
-	return nil
 }
 
 // budgetSeen is the budget as the last take left it, for the Retry-After
@@ -324,6 +334,17 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			changed = changed || mine.changed
 		}
 		due, claimed := mine.due, mine.claimed
+		if gate.on && !r.cfg.Pace {
+			// A take moves what is owed as its gate sees it: a gate of a
+			// plan older than the one it is counted under is stale (that
+			// plan owes its clients under its own guarantees).
+			switch {
+			case p.id > v.owedPlan:
+				v.owedPlan, v.base, changed = p.id, v.owed-v.seen, true
+			case p.id < v.owedPlan && delta > 0:
+				return nil, errStale
+			}
+		}
 		if delta > 0 {
 			left := v.capacity // the capacity in force
 			if r.holding != nil {
@@ -375,6 +396,10 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, owed: owed, left: left, held: left < v.capacity}
 		} else if delta < 0 {
 			moved = -min(-delta, v.granted)
+			// (A give-back through a stale gate leaves them: see above.)
+			if owed, seen := owedReturned(v.owed, gate, -delta), seenReturned(v.seen, gate, -delta); p.id >= v.owedPlan && (owed != v.owed || seen != v.seen) {
+				v.owed, v.seen, changed = owed, seen, true
+			}
 		}
 		if moved == 0 && !changed {
 			return nil, nil

@@ -756,7 +756,8 @@ type planMath struct {
 	seed           seedSums
 	level          levelSearch
 	above          float64
-	expected       float64 // the fair policy's fairExpected
+	expected       float64 // the fair policy's fairExpected: what the clients are owed
+	ahead          bool    // the clients may take after the scan read them, before the plan is in force (planOwes)
 	spread         spreadRounds
 	floors, want   int64
 	sel            selection
@@ -852,9 +853,7 @@ func (m *planMath) stepPhase(budget int) int {
 			if sanitize(s.caps[i])/s.weights[i] > level {
 				m.above++
 			}
-			if s.granted[i] == 0 { // (see "Guarantees owed": of the clients yet to take)
-				m.expected += expectedGuarantee(m.def, s.weights[i], min(s.demands[i], s.mosts[i]))
-			}
+			m.expected += float64(planOwes(m.def, s.weights[i], s.demands[i], s.mosts[i], s.granted[i], m.ahead))
 		}); over {
 			p.params = policyParams{m.def, level, c, m.above, m.expected}
 			m.phase = phaseCaps
@@ -1586,6 +1585,15 @@ func weightedCap(pol compactPolicy, pp *policyParams, demand, w, most float64) f
 	return math.Min(w*pol.capOf(pp, d/w, most/w), most)
 }
 
+// heaviest is the largest weight a client may have.
+func (c *Config) heaviest() float64 {
+	w := 1.0
+	for _, x := range c.hashedWeights {
+		w = math.Max(w, x)
+	}
+	return w
+}
+
 // weightOf is the weight of the client with hash h (1 unless configured).
 func (c *Config) weightOf(h uint64) float64 {
 	if w, ok := c.hashedWeights[h]; ok {
@@ -1737,9 +1745,8 @@ func (Fair) Name() string { return "fair" }
 // fairLevel is params[1]: the water level, or the capacity itself when the
 // demands fit. fairCapacity is params[2]. fairAbove is params[3]: how many
 // clients wanted more than the level (per weight unit). fairExpected is
-// params[4]: the units of their guarantees the clients yet to take are
-// expected to take, plus what was expected of those that had taken (see
-// "Guarantees owed").
+// params[4]: what the plan's clients are owed of their guarantees when it
+// was computed (see "Guarantees owed").
 const (
 	fairLevel    = 1
 	fairCapacity = 2
@@ -1750,10 +1757,39 @@ const (
 // expectedGuarantee is what a client of weight w, having asked for d in
 // the window before (its cap bounds d), is expected to take of its
 // guarantee (def per weight unit) in the next: what it asked for, up to its
-// guarantee. It is the borrow gate's expects (gateFor), summed over the
-// clients by a plan.
+// guarantee. It is the borrow gate's expects (gateFor).
 func expectedGuarantee(def, w, d float64) float64 {
 	return math.Min(math.Floor(def*w), math.Ceil(math.Min(sanitize(d), MaxCapacity)))
+}
+
+// guaranteeReach is the most of its guarantee (def per weight unit) a
+// client of weight w and cap most may take: the gate's reach.
+func guaranteeReach(def, w, most float64) int64 {
+	return int64(math.Min(math.Floor(def*w), math.Floor(most)))
+}
+
+// owedGuarantee is what a client is owed of its guarantee once it has had
+// had units in the window: what it is expected to take (expects, or twice
+// had, for a client back from an idle window), up to reach, less had.
+func owedGuarantee(expects, reach, had int64) int64 {
+	return max(0, min(reach, max(expects, 2*had))-had)
+}
+
+// planOwes is what a plan owes a client of weight w and cap most, that
+// asked for d in the window before and has had had units in this one: its
+// gate's owes under the plan (def per weight unit), summed over the clients
+// by the plan. With ahead, the client may take more before the plan is in
+// force, uncounted by it (a plan read in slices): the most it may come to
+// be owed from had on. (What is owed falls as a client takes, but for one
+// expected to take less than half its reach: twice what it has had rises
+// faster, up to half its reach.)
+func planOwes(def, w, d, most float64, had int64, ahead bool) int64 {
+	expects, reach := int64(expectedGuarantee(def, w, math.Min(d, most))), guaranteeReach(def, w, most)
+	owed := owedGuarantee(expects, reach, had)
+	if h := reach / 2; ahead && h > had {
+		owed = max(owed, owedGuarantee(expects, reach, h))
+	}
+	return owed
 }
 
 // fairLag is how long, as a fraction of the window, pool capacity must sit
@@ -1783,7 +1819,7 @@ func (Fair) params(capacity int64, demands, weights, mosts []float64) policyPara
 		if mosts != nil {
 			most = mosts[i]
 		}
-		expected += expectedGuarantee(def, weightAt(weights, i), math.Min(d, most))
+		expected += float64(planOwes(def, weightAt(weights, i), d, most, 0, false))
 	}
 	return policyParams{def, level, c, above, expected}
 }
@@ -1808,18 +1844,15 @@ func (Fair) keep(pp *policyParams) int64 {
 	return 0
 }
 
-// expected is what the clients are expected to take of their guarantees
-// in the window (see "Guarantees owed"): of the clients yet to take when
-// the plan was computed, and, as expected at their first takes, of those
-// that had taken (countTaken). Old and new guarantees together may
-// exceed the capacity, never twice it.
+// expected is what the plan's clients are owed of their guarantees when
+// it was computed (see "Guarantees owed").
 func (Fair) expected(pp *policyParams) int64 {
-	return int64(min(max(pp[fairExpected], 0), 2*pp[fairCapacity]))
+	return int64(min(max(pp[fairExpected], 0), MaxCapacity))
 }
 
-// countTaken adds to what pp expects seen, what was expected of the
-// clients that had taken in the window when pp was computed.
-func (Fair) countTaken(pp *policyParams, seen int64) { pp[fairExpected] += float64(seen) }
+// owePending adds to what pp's clients are owed n, owed to clients the
+// plan counts without having read them.
+func (Fair) owePending(pp *policyParams, n int64) { pp[fairExpected] += float64(n) }
 
 // Allocate implements Policy with the split the fair policy settles to
 // when demand is steady: max-min over the demands, what is left over
@@ -1852,7 +1885,7 @@ type lender interface {
 	tiers(pp *policyParams) (guarantee, level float64)
 	keep(pp *policyParams) int64
 	expected(pp *policyParams) int64
-	countTaken(pp *policyParams, seen int64)
+	owePending(pp *policyParams, n int64)
 }
 
 // borrowGate limits what one lease may take from the window budget, in
@@ -1961,6 +1994,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 	w := cfg.weightOf(hash)
 	most := cfg.mostOf(hash)
 	expects := int64(expectedGuarantee(g, w, math.Min(prev, most)))
+	reach := guaranteeReach(g, w, most)
 	g, lv = g*w, lv*w
 	f := windowElapsed(p, cfg, t)
 	// The level accrues over the window like the pool, so that borrowers
@@ -1982,7 +2016,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 		had:     granted,
 		lv:      lv,
 		guar:    guar,
-		reach:   int64(math.Min(float64(guar), math.Floor(most))),
+		reach:   reach,
 		expects: expects,
 		burst:   burst,
 		past:    granted >= entitled,
@@ -2149,29 +2183,37 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 //
 // What a client is owed is what it is expected to take of its guarantee
 // (as much as it asked for in the window before, or twice what it has had
-// in this one; up to its guarantee and its cap) and has not had. The
-// window's budget counts it in two parts:
+// in this one; up to its guarantee and its cap) and has not had
+// (owedGuarantee). Each take moves it, and a plan that changes the
+// guarantees moves it for every client at once, so it is kept in two
+// places:
 //
-//   - owed, to the clients that took in the window: a client's first take
-//     adds what it is owed after it, and each later take moves that
-//     (owedAfter), as each client's own gate sees it;
-//   - to the clients that have not taken yet, what the plan in force
-//     expects (Fair.expected) less seen, the sum of the expects of the
-//     window's first takes. The plan's scan sums what it expects of each
-//     client that had not taken (what it asked for before, up to its
-//     guarantee and cap, the gate's expects), and the plan adds seen as it
-//     read it after the scan (view.countTaken): what was expected of the
-//     takers before it, under whatever guarantees, cancels out. Clients
-//     that arrive together are refused before some of the others' first
-//     takes: counting only the clients that took booked one unit for two
-//     of them.
+//   - the plan: the sum over its clients of what each is owed under it
+//     (planOwes: what it is expected to take, for a client yet to take when
+//     the scan read it; what its gate would owe it for what it had, for
+//     one that took), and the guarantees of the clients it counts without
+//     having read them (view.owePending);
+//   - the window budget: what every take moved since, as the taker's own
+//     gate saw it. owed is what the takers are owed: a first take adds
+//     what its client is owed after it, later takes move that (owedAfter),
+//     a give-back moves it back (owedReturned). seen is what the takers
+//     were expected to take, added at their first takes (seenAfter) and
+//     taken off when they give all back. owedPlan is the plan they are
+//     counted under, and base the balance owed − seen when it came into
+//     force (view.switchOwed, right after it is published): a take through
+//     the gate of an older plan is stale.
 //
-// owedOf adds the two where they are used. A worker behind a re-plan that
-// counted a newcomer still owes it what it took (the first part); a
-// re-plan that lowers the guarantees owes the clients yet to take their
-// new ones in full. A provisional plan carries the window before's
-// parameters: it expects nothing. A one-shot id is expected to take what its one request asked
-// for (the route's cost), the same whether or not it comes back.
+// owedOf is the plan's sum plus how much owed − seen moved since base.
+// Clients that arrive together are refused before some of the others'
+// first takes: counting only the clients that took booked one unit for
+// two of them. A client that takes between the scan's read of its bucket
+// and the plan's coming into force is owed what the scan found, until the
+// window's end; a plan read in slices owes each client the most it may come
+// to be owed from what it had (planOwes, ahead): both on the safe side. A
+// provisional plan carries the window before's parameters: owedOf counts
+// only owed under it. A one-shot id is expected to take what its one
+// request asked for (the route's cost), the same whether or not it comes
+// back.
 //
 // The guarantee a client is not expected to take (it asked for less in the
 // window before) is not owed: the pool lends it as the window accrues, and
@@ -2198,12 +2240,37 @@ func seenAfter(seen int64, gate borrowGate, moved int64) int64 {
 	return seen + gate.expects
 }
 
+// owedReturned is owed after n units the gate's client had (gate.had: all
+// it had) are given back: moved back as its takes moved it, and to
+// nothing with the last unit, as before its first take; seenReturned is
+// seen after it.
+func owedReturned(owed int64, gate borrowGate, n int64) int64 {
+	if !gate.on || n <= 0 || gate.had <= 0 {
+		return owed
+	}
+	after := int64(0)
+	if left := gate.had - n; left > 0 {
+		after = gate.owes(left)
+	}
+	return max(0, owed-gate.owes(gate.had)+after)
+}
+
+func seenReturned(seen int64, gate borrowGate, n int64) int64 {
+	if !gate.on || n <= 0 || gate.had <= 0 || gate.had > n {
+		return seen
+	}
+	return max(0, seen-gate.expects)
+}
+
 // owes is what the gate's client is owed once it has had h units in the
 // window: what it is expected to take of its guarantee (what it asked for
 // in the window before, or twice h, for a client back from an idle
 // window; never past its cap), less h. (0 without a gate.)
 func (b borrowGate) owes(h int64) int64 {
-	return max(0, min(b.reach, max(b.expects, 2*h))-h)
+	if !b.on {
+		return 0
+	}
+	return owedGuarantee(b.expects, b.reach, h)
 }
 
 // bookUnits books ask's unit in v for when gate next lets one through, if

@@ -412,15 +412,13 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			}
 			found, completes = sl.found, true
 			copyShares(&next, &sl.math.next)
-			if err := r.countTaken(&next); err != nil {
-				return nil, err
-			}
 			// Clients proven since the read started are counted under cur
 			// (registered) though the read may have passed their buckets
 			// before: they stay pending, so the table's bound holds and the
 			// next re-plan counts them (one the read did count is then
 			// counted twice until it: the safe side).
 			next.pending = uint32(max(0, int64(cur.n)+int64(cur.pending)-sl.startN))
+			r.owePending(&next)
 			if sl.judges {
 				if !sl.judging.done() {
 					return nil, nil
@@ -451,9 +449,6 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			return nil, err
 		}
 		computePlan(&next, &r.scratch, r.pol, capacity, left)
-		if err := r.countTaken(&next); err != nil {
-			return nil, err
-		}
 		closed = judgeWindow(cur.capacity, &r.scratch.closed)
 		taken = step
 		return &next, nil
@@ -461,6 +456,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	if err != nil || !published {
 		return stepStay, err
 	}
+	r.switchOwed()
 	switch {
 	case completes:
 		r.sliced = planSlices{}
@@ -818,6 +814,7 @@ func (r *view) slice(real int64) bool {
 		}
 		capacity, left := r.budgetLeft(&s.next, v, corrupt, false)
 		s.math.start(&s.next, &r.scratch, r.pol, capacity, left)
+		s.math.ahead = true
 		s.computing = true
 	}
 	// (Arithmetic on what the scan recorded: a step is cheaper than
@@ -1014,7 +1011,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		case inHand > 0 && pooled:
 			r.stash(inHand)
 		case inHand > 0:
-			r.give(inHand)
+			r.give(inHand, borrowGate{})
 		}
 	}()
 	if r.client(cs.hash) != cs || cs.bucket >= r.nb {
@@ -1024,7 +1021,8 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	}
 	var e entry
 	var take, ret int64
-	budgetShort := false // the share has room but the window does not
+	var retGate borrowGate // the gate of what the client had, for ret
+	budgetShort := false   // the share has room but the window does not
 	res := syncOK
 	err := r.updateBucket(cs.bucket, nil, func(bkt *bucketVal, missing bool) (bool, error) {
 		if missing {
@@ -1049,6 +1047,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		ret, take, budgetShort = 0, 0, false
 		if returnLease {
 			ret = min(cs.lease, e.granted)
+			retGate = gateFor(r.pol, p, r.cfg, e.hash, e.granted, e.prev, t)
 			e.granted -= ret
 		}
 		if need > 0 {
@@ -1102,7 +1101,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	}
 	inHand -= take
 	if ret > 0 {
-		r.give(ret)
+		r.give(ret, retGate)
 	}
 	if r.cfg.Pace && need > 1 && take < need && h.paceAt > 0 && !h.clipped {
 		// Its paced share refused it, before the pacer: its next moment is
@@ -1194,7 +1193,7 @@ func (r *view) take(n, need, t int64, gate borrowGate, client uint64, again bool
 	}
 	m, h := r.paced(got, need, t, uint32(client), 0)
 	if m < got {
-		r.give(got - m)
+		r.give(got-m, borrowGate{})
 	}
 	h.clipped = h.clipped || clipped
 	switch {
