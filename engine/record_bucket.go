@@ -91,16 +91,16 @@ func decodeBucket(raw []byte, b *bucketVal) error {
 		return err
 	}
 	b.overflow = overflow
-	b.entries = b.entries[:0]
+	b.entries = slices.Grow(b.entries[:0], n)[:n]
 	var hashes [bucketSlots]uint64
 	p := raw[bucketHead:]
-	for i := 0; i < n; i++ {
-		e, err := decodeEntry(p)
-		if err != nil {
+	for i := range b.entries {
+		// (Decoded in place: a plan's scan decodes every entry.)
+		if err := decodeEntry(p, &b.entries[i]); err != nil {
+			b.entries = b.entries[:0]
 			return err
 		}
-		b.entries = append(b.entries, e)
-		hashes[i] = e.hash
+		hashes[i] = b.entries[i].hash
 		p = p[entryLen:]
 	}
 	// Sorted, duplicates are neighbours: O(n log n) rather than comparing
@@ -142,7 +142,7 @@ func lookupBucket(raw []byte, h uint64) (e entry, found, overflow bool, err erro
 	p := raw[bucketHead:]
 	for i := 0; i < n; i++ {
 		if binary.LittleEndian.Uint64(p) == h {
-			e, err := decodeEntry(p)
+			err := decodeEntry(p, &e)
 			return e, err == nil, overflow, err
 		}
 		p = p[entryLen:]
@@ -150,11 +150,11 @@ func lookupBucket(raw []byte, h uint64) (e entry, found, overflow bool, err erro
 	return entry{}, false, overflow, nil
 }
 
-// decodeEntry decodes the entry at the start of p and checks that its
-// fields are possible.
-func decodeEntry(p []byte) (entry, error) {
+// decodeEntry decodes the entry at the start of p into e and checks that
+// its fields are possible.
+func decodeEntry(p []byte, e *entry) error {
 	le := binary.LittleEndian
-	e := entry{
+	*e = entry{
 		hash:    le.Uint64(p),
 		created: le.Uint64(p[8:]),
 		since:   int64(le.Uint64(p[16:])),
@@ -175,9 +175,10 @@ func decodeEntry(p []byte) (entry, error) {
 		e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
 		e.window < minWindow || e.window > maxWindow || e.active < minWindow || e.active > maxWindow || e.tries < 0 || e.tries > maxTries ||
 		e.lastDemand < 0 || e.lastGranted < 0 || e.lastGranted > MaxCapacity {
-		return entry{}, fmt.Errorf("%w: impossible entry", errCorrupt)
+		*e = entry{}
+		return fmt.Errorf("%w: impossible entry", errCorrupt)
 	}
-	return e, nil
+	return nil
 }
 
 // updateBucket is the one read-modify-write of a bucket: change is handed
