@@ -355,7 +355,7 @@ func (w *fleetWorker) reclaim(v *view, k, n, t int64) int64 {
 		v.obs.StoreFailure("fleet record", err)
 		return 0
 	}
-	v.give(got, borrowGate{})
+	v.give(got, false)
 	return got
 }
 

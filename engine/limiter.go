@@ -148,7 +148,7 @@ func (l *Limiter) AdmitNAt(now time.Time, client string, cost int64) Decision {
 	l.view.fleet.noteAsked(cost, l.view.plan.window)
 	h := clientHash(client)
 	if cs := l.view.client(h); cs != nil {
-		return l.admitKnown(t, cs, cost, true)
+		return l.admitKnown(t, cs, cost, staleRetries)
 	}
 	return l.admitUnknown(t, h, cost)
 }
@@ -342,10 +342,14 @@ func (l *Limiter) read(now time.Time) int64 {
 // still be read as a late one rather than a clock step.
 func maxLag(cfg *Config) int64 { return int64(max(cfg.Cycle, time.Second)) }
 
+// staleRetries bounds admitKnown's passes after the view was found stale.
+const staleRetries = 4
+
 // admitKnown admits a counted client from this worker's lease, leasing
-// more when it runs short. retry allows one more pass after the view was
-// found stale.
-func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) Decision {
+// more when it runs short. retries is how many more passes it may make
+// after the view was found stale, each after reading the plan: re-plans may
+// be published one after another while it takes.
+func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retries int) Decision {
 	p := &l.view.plan
 	if cs.window != p.window {
 		cs.reset(p.window)
@@ -396,8 +400,8 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retry bool) D
 			cs.lease, cs.unflushed = 0, 0
 			return l.admitUnknown(t, cs.hash, cost)
 		}
-		if retry && l.view.plan.id != before {
-			return l.admitKnown(t, cs, cost, false)
+		if retries > 0 && l.view.plan.id != before {
+			return l.admitKnown(t, cs, cost, retries-1)
 		}
 		if st := l.view.sync(cs, 0, false, t); st == syncPending {
 			return l.pending(t)
@@ -438,7 +442,7 @@ func (l *Limiter) admitUnknown(t int64, h uint64, cost int64) Decision {
 	case err != nil:
 		return l.failure(t, cost, err)
 	case a.kind == arrivedCounted:
-		return l.admitKnown(t, l.view.track(h, a.bucket, a.created), cost, true)
+		return l.admitKnown(t, l.view.track(h, a.bucket, a.created), cost, staleRetries)
 	case a.kind == arrivedRefused:
 		l.view.refuse(h)
 		return l.tableFull(t)

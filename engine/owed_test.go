@@ -1117,6 +1117,7 @@ func TestOwedNeverBelowWhatTheGatesOwe(t *testing.T) {
 		// counts them raises the guarantees of clients that took.
 		{"one-shot ids", owedTraffic{idle: 1, steps: 900, oneShots: true, seeds: 30, cycle: 20 * time.Second}},
 		{"refunds", owedTraffic{refunds: true, steps: 300, seeds: 100}},
+		{"refunds, read in slices", owedTraffic{refunds: true, sliced: true, noPending: true, steps: 300, seeds: 100}},
 		{"read in slices", owedTraffic{sliced: true, noPending: true, steps: 300, seeds: 100}},
 		{"read in slices, with pending", owedTraffic{sliced: true, steps: 300, seeds: 100}},
 		{"a worker behind", owedTraffic{behind: true, steps: 300, seeds: 100}},

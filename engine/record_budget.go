@@ -15,7 +15,7 @@ import (
 // bookings (budgetBookingLen each).
 const (
 	budgetVersion    = 7
-	budgetLen        = 1 + 10*8 + 1 + sealLen
+	budgetLen        = 1 + 11*8 + 1 + sealLen
 	budgetBookingLen = 4 + 4 + 8 // client, n, at
 )
 
@@ -33,7 +33,8 @@ type budget struct {
 	owed     int64     // the fair policy's: what the clients that took are still owed of their guarantees (owedAfter)
 	seen     int64     // the fair policy's: what was expected of the clients that took (seenAfter)
 	owedPlan uint64    // the fair policy's: the plan owed and seen are counted under (switchOwed)
-	base     int64     // the fair policy's: owed − seen when owedPlan was put in force
+	base     int64     // the fair policy's: owed − seen when owedPlan was put in force (less what racing found)
+	returned int64     // units given back in the window, all workers together
 	booked   []booking // units set aside, from their time, for clients the borrow gate refused (bookUnits)
 }
 
@@ -57,6 +58,7 @@ func appendBudget(dst []byte, v budget) []byte {
 	dst = le.AppendUint64(dst, uint64(v.seen))
 	dst = le.AppendUint64(dst, v.owedPlan)
 	dst = le.AppendUint64(dst, uint64(v.base))
+	dst = le.AppendUint64(dst, uint64(v.returned))
 	dst = append(dst, byte(len(v.booked)))
 	for _, b := range v.booked {
 		dst = le.AppendUint32(dst, b.client)
@@ -87,6 +89,7 @@ func decodeBudget(b []byte) (budget, error) {
 		seen:     int64(le.Uint64(b[57:])),
 		owedPlan: le.Uint64(b[65:]),
 		base:     int64(le.Uint64(b[73:])),
+		returned: int64(le.Uint64(b[81:])),
 	}
 	for i := 0; i < int(b[count]); i++ {
 		e := b[count+1+i*budgetBookingLen:]
@@ -98,7 +101,7 @@ func decodeBudget(b []byte) (budget, error) {
 	}
 	if v.roll == 0 || v.roll >= maxPlanID || v.capacity < 1 || v.capacity > MaxCapacity ||
 		v.granted < 0 || v.granted > MaxCapacity || !(v.late >= 0) || math.IsInf(v.late, 1) ||
-		v.owed < 0 || v.owed > MaxCapacity || v.seen < 0 || v.seen > MaxCapacity || v.owedPlan >= maxPlanID || v.base < -MaxCapacity || v.base > MaxCapacity {
+		v.owed < 0 || v.owed > MaxCapacity || v.seen < 0 || v.seen > MaxCapacity || v.owedPlan >= maxPlanID || v.base < -MaxCapacity || v.base > MaxCapacity || v.returned < 0 || v.returned > maxReturned {
 		return budget{}, fmt.Errorf("%w: impossible budget", errCorrupt)
 	}
 	return v, nil
@@ -149,10 +152,16 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-// gate is the borrow gate of the client whose units they were, at what it
-// had before (its grant in the window), when they were one client's: what
-// it is owed moves back (see "Guarantees owed").
-func (r *view) give(n int64, gate borrowGate) { _, _, _, _ = r.adjust(-n, gate, nil) }
+// took: the units were a client's takes, through its gate (what it is
+// owed may rise by as much: see "Guarantees owed").
+func (r *view) give(n int64, took bool) {
+	if n > 0 {
+		_, _, _, _ = r.adjust(-n, borrowGate{on: took}, nil)
+	}
+}
+
+// maxReturned bounds the budget's returned: a window's give-backs.
+const maxReturned = 1 << 62
 
 // The pool: units a worker took from the window budget ahead of its roomy
 // clients' chunks, so that a chunk costs no budget operation. A worker asks
@@ -212,7 +221,7 @@ func (r *view) returnPool() {
 	case q.roll != r.plan.roll:
 		*q = budgetPool{}
 	case q.units > 0 && !q.used:
-		r.give(q.units, borrowGate{})
+		r.give(q.units, false)
 		q.units = 0
 	}
 	q.used = false
@@ -249,6 +258,32 @@ func (r *view) owePending(next *plan) {
 		def, _ := l.tiers(&next.params)
 		l.owePending(&next.params, int64(next.pending)*guaranteeReach(def, r.cfg.heaviest(), math.Inf(1)))
 	}
+}
+
+// scanStart is where a plan's scan began, for the units that may move what
+// the clients are owed before the plan is in force (racing): the budget's
+// units taken and given back then, granted + 2 × returned (only returned,
+// for a plan read in slices, which owes each client the most its takes may
+// bring it to).
+type scanStart struct {
+	plan   uint64 // the plan it is for
+	sliced bool
+	at     int64
+}
+
+// racing is what may have moved what the clients are owed between the scan
+// of the plan in force and now, by budget v: the units taken and given
+// back since the scan began, when this worker made the plan (0 when
+// another did: the first of its takes puts it in force, right after).
+func (r *view) racing(v *budget) int64 {
+	m := &r.began
+	switch {
+	case m.plan != r.plan.id:
+		return 0
+	case m.sliced:
+		return max(0, v.returned-m.at)
+	}
+	return max(0, v.granted+2*v.returned-m.at) // (taken, granted + returned, and returned)
 }
 
 // switchOwed makes the plan in force the one what is owed is counted
@@ -340,7 +375,7 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			// plan owes its clients under its own guarantees).
 			switch {
 			case p.id > v.owedPlan:
-				v.owedPlan, v.base, changed = p.id, v.owed-v.seen, true
+				v.owedPlan, v.base, changed = p.id, max(-MaxCapacity, v.owed-v.seen-r.racing(&v)), true
 			case p.id < v.owedPlan && delta > 0:
 				return nil, errStale
 			}
@@ -396,9 +431,9 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			r.seen = budgetSeen{window: v.window, granted: v.granted + due + moved + mine.ahead, owed: owed, left: left, held: left < v.capacity}
 		} else if delta < 0 {
 			moved = -min(-delta, v.granted)
-			// (A give-back through a stale gate leaves them: see above.)
-			if owed, seen := owedReturned(v.owed, gate, -delta), seenReturned(v.seen, gate, -delta); p.id >= v.owedPlan && (owed != v.owed || seen != v.seen) {
-				v.owed, v.seen, changed = owed, seen, true
+			v.returned = min(v.returned-moved, maxReturned)
+			if gate.on && !r.cfg.Pace {
+				v.owed = min(v.owed-moved, MaxCapacity)
 			}
 		}
 		if moved == 0 && !changed {

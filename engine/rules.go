@@ -2195,23 +2195,29 @@ func settleBookings(v *budget, ask *bookAsk, hold int64) (r settled) {
 //     having read them (view.owePending);
 //   - the window budget: what every take moved since, as the taker's own
 //     gate saw it. owed is what the takers are owed: a first take adds
-//     what its client is owed after it, later takes move that (owedAfter),
-//     a give-back moves it back (owedReturned). seen is what the takers
-//     were expected to take, added at their first takes (seenAfter) and
-//     taken off when they give all back. owedPlan is the plan they are
-//     counted under, and base the balance owed − seen when it came into
-//     force (view.switchOwed, right after it is published): a take through
-//     the gate of an older plan is stale.
+//     what its client is owed after it, later takes move that (owedAfter).
+//     A give-back of n units adds n: giving back never raises what a
+//     client is owed by more (it is exact when a client gives back all it
+//     had, the one give-back a client under its guarantee makes in
+//     practice: a refund), and it needs no gate, of a plan in force or
+//     not. seen is what the takers were expected to take, added at their
+//     first takes (seenAfter). owedPlan is the plan they are counted under,
+//     and base the balance owed − seen when it came into force (view.
+//     switchOwed, right after it is published), less the units moved
+//     since its scan began (view.racing): a take through the gate of an
+//     older plan is stale.
 //
-// owedOf is the plan's sum plus how much owed − seen moved since base.
-// Clients that arrive together are refused before some of the others'
-// first takes: counting only the clients that took booked one unit for
-// two of them. A client that takes between the scan's read of its bucket
-// and the plan's coming into force is owed what the scan found, until the
-// window's end; a plan read in slices owes each client the most it may come
-// to be owed from what it had (planOwes, ahead): both on the safe side. A
-// provisional plan carries the window before's parameters: owedOf counts
-// only owed under it. A one-shot id is expected to take what its one
+// owedOf is the plan's sum plus how much owed − seen moved since base. It
+// may exceed what is owed, never fall short of it: clients that arrive
+// together are refused before some of the others' first takes (counting
+// only the clients that took booked one unit for two of them), and a take
+// or a give-back between the scan's read of a client's bucket and the
+// plan's coming into force moves what it is owed by at most its units,
+// which racing owes on top. A plan read in slices reads a bucket long
+// before it is in force: it owes each client the most it may come to be
+// owed from what it had (planOwes, ahead), and racing counts only the
+// give-backs. A provisional plan carries the window before's parameters:
+// owedOf counts only owed under it. A one-shot id is expected to take what its one
 // request asked for (the route's cost), the same whether or not it comes
 // back.
 //
@@ -2238,28 +2244,6 @@ func seenAfter(seen int64, gate borrowGate, moved int64) int64 {
 		return seen
 	}
 	return seen + gate.expects
-}
-
-// owedReturned is owed after n units the gate's client had (gate.had: all
-// it had) are given back: moved back as its takes moved it, and to
-// nothing with the last unit, as before its first take; seenReturned is
-// seen after it.
-func owedReturned(owed int64, gate borrowGate, n int64) int64 {
-	if !gate.on || n <= 0 || gate.had <= 0 {
-		return owed
-	}
-	after := int64(0)
-	if left := gate.had - n; left > 0 {
-		after = gate.owes(left)
-	}
-	return max(0, owed-gate.owes(gate.had)+after)
-}
-
-func seenReturned(seen int64, gate borrowGate, n int64) int64 {
-	if !gate.on || n <= 0 || gate.had <= 0 || gate.had > n {
-		return seen
-	}
-	return max(0, seen-gate.expects)
 }
 
 // owes is what the gate's client is owed once it has had h units in the

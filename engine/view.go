@@ -59,6 +59,7 @@ type view struct {
 	marksFrom  uint64
 	scratch    planScratch
 	sliced     planSlices // a plan over a large table this worker reads a slice at a time
+	began      scanStart  // where the scan of the last plan this worker made began (racing)
 	deferred   deferredDemand
 	pool       budgetPool     // see draw
 	group      []*clientState // writeBucketDemand's scratch
@@ -316,6 +317,8 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		bcas            uint32
 		bcorrupt, reset bool
 		completes       bool // next replaces a provisional plan with the slices read
+		began           scanStart
+		vread           budget // the budget read, when of next's window
 		closed          WindowFairness
 	)
 	published, err := r.publish(func(read plan, corrupt bool) (*plan, error) {
@@ -327,6 +330,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			return nil, err
 		}
 		bcas, bcorrupt = vcas, vcorrupt
+		began, vread = scanStart{}, budget{}
 		if corrupt {
 			// Plan afresh under an id above every id any entry or the budget
 			// holds (see scan), at the clock's window, or at the budget's if
@@ -398,6 +402,9 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			bcorrupt = true
 		}
 		reset = step != stepReplan && !corrupt // a fresh window: an unreadable budget is reset empty
+		if start, _ := planWindow(&next, r.cfg); !bcorrupt && v.end > start {
+			vread = v
+		}
 		capacity, left := r.budgetLeft(&next, v, bcorrupt, reset)
 		switch {
 		case who == callerTick && cur.provisional && step == stepReplan:
@@ -412,6 +419,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 			}
 			found, completes = sl.found, true
 			copyShares(&next, &sl.math.next)
+			began = scanStart{plan: next.id, sliced: true, at: sl.returned}
 			// Clients proven since the read started are counted under cur
 			// (registered) though the read may have passed their buckets
 			// before: they stay pending, so the table's bound holds and the
@@ -445,6 +453,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		if corrupt {
 			rule = futureCounts
 		}
+		began = scanStart{plan: next.id, at: vread.granted + 2*vread.returned}
 		if found, err = r.scan(&cur, &next, rule); err != nil {
 			return nil, err
 		}
@@ -456,6 +465,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 	if err != nil || !published {
 		return stepStay, err
 	}
+	r.began = began
 	r.switchOwed()
 	switch {
 	case completes:
@@ -469,7 +479,7 @@ func (r *view) replan(real int64, who caller, cand uint64) (stepKind, error) {
 		if !next.replan {
 			closing = &cur
 		}
-		r.startSlices(&next, next.at, closing)
+		r.startSlices(&next, next.at, closing, vread.returned)
 	}
 	r.resetCorrupt(found.corrupt, bcas, bcorrupt, reset)
 	if taken == stepJump {
@@ -677,6 +687,7 @@ type planSlices struct {
 	last      int64  // (real) the last slice: one every PlanTick/2 at most
 	skipped   bool   // the last call did no slice, PlanTick/2 not having passed
 	gap       int64  // the time between the last two slices: the ticks' period, as they come
+	returned  int64  // the window budget's returned when the read started (racing)
 	bucket    int    // the next bucket to read
 	read      int64  // the work the reading did so far (scanBuckets' unit)
 	found     scanned
@@ -723,10 +734,10 @@ const (
 // provisional plan p, at t (shifted). closing is the plan of the window
 // p's roll closed, when this worker knows it: the slices judge that window
 // (nil: it goes unjudged, as when another worker's roll is taken over).
-func (r *view) startSlices(p *plan, t int64, closing *plan) {
+func (r *view) startSlices(p *plan, t int64, closing *plan, returned int64) {
 	r.scratch.reset()
 	_, end := planWindow(p, r.cfg)
-	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, startN: int64(p.n) + int64(p.pending), deadline: min(t+p.cycle/planDeadline, t+max(0, end-t)*3/4),
+	r.sliced = planSlices{roll: p.roll, buckets: p.buckets, startN: int64(p.n) + int64(p.pending), deadline: min(t+p.cycle/planDeadline, t+max(0, end-t)*3/4), returned: returned,
 		next: plan{id: p.id + 1, roll: p.roll, window: p.window, at: t,
 			replan: true, cycle: p.cycle, offset: p.offset, buckets: p.buckets}}
 	if closing != nil && closing.id != 0 && closing.window < p.window {
@@ -760,7 +771,7 @@ func (r *view) slice(real int64) bool {
 		if t < late {
 			return false
 		}
-		r.startSlices(p, t, nil)
+		r.startSlices(p, t, nil, 0) // (every give-back of the window counts as racing)
 	}
 	since := real - s.last
 	if since >= 0 && since < int64(PlanTick)/2 && !s.skipped {
@@ -945,6 +956,7 @@ type held struct {
 	turnAt  int64 // the client's turn at the pacer, to tell it (turnAt); 0: none
 	cut     bool
 	moreAt  int64
+	counted bool // the take moved what its client is owed (adjust)
 }
 
 // clientState is what this worker holds for one counted client.
@@ -1003,15 +1015,19 @@ const (
 // the shifted time of the call, for the borrow gate and pacing.
 func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) syncResult {
 	p := &r.plan
-	var inHand int64 // budget units taken and not yet in the entry
-	pooled := false  // a roomy client's lease: inHand draws from and goes to the pool
+	var inHand int64  // budget units taken and not yet in the entry
+	var counted int64 // of them, units whose take moved what the client is owed
+	pooled := false   // a roomy client's lease: inHand draws from and goes to the pool
 	var h held
 	defer func() {
 		switch {
 		case inHand > 0 && pooled:
 			r.stash(inHand)
 		case inHand > 0:
-			r.give(inHand, borrowGate{})
+			// (Taken, not written: what the client is owed goes back up
+			// for the takes that moved it.)
+			r.give(min(inHand, counted), true)
+			r.give(inHand-min(inHand, counted), false)
 		}
 	}()
 	if r.client(cs.hash) != cs || cs.bucket >= r.nb {
@@ -1021,8 +1037,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	}
 	var e entry
 	var take, ret int64
-	var retGate borrowGate // the gate of what the client had, for ret
-	budgetShort := false   // the share has room but the window does not
+	budgetShort := false // the share has room but the window does not
 	res := syncOK
 	err := r.updateBucket(cs.bucket, nil, func(bkt *bucketVal, missing bool) (bool, error) {
 		if missing {
@@ -1047,7 +1062,6 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 		ret, take, budgetShort = 0, 0, false
 		if returnLease {
 			ret = min(cs.lease, e.granted)
-			retGate = gateFor(r.pol, p, r.cfg, e.hash, e.granted, e.prev, t)
 			e.granted -= ret
 		}
 		if need > 0 {
@@ -1077,6 +1091,9 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 					return false, err
 				}
 				inHand += got
+				if took.counted {
+					counted += got
+				}
 			}
 			if inHand >= need {
 				take = min(want, inHand)
@@ -1101,7 +1118,7 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	}
 	inHand -= take
 	if ret > 0 {
-		r.give(ret, retGate)
+		r.give(ret, true)
 	}
 	if r.cfg.Pace && need > 1 && take < need && h.paceAt > 0 && !h.clipped {
 		// Its paced share refused it, before the pacer: its next moment is
@@ -1193,8 +1210,9 @@ func (r *view) take(n, need, t int64, gate borrowGate, client uint64, again bool
 	}
 	m, h := r.paced(got, need, t, uint32(client), 0)
 	if m < got {
-		r.give(got-m, borrowGate{})
+		r.give(got-m, false)
 	}
+	h.counted = ask != nil && got >= ask.need // (as adjust counts it; paced, nothing is)
 	h.clipped = h.clipped || clipped
 	switch {
 	case bookedAt > 0:
