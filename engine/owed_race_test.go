@@ -102,22 +102,37 @@ func TestATakeBetweenTheScanAndThePlanIsOwed(t *testing.T) {
 	checkOwedNow(t, w1, mem, at)
 }
 
+// takeRefunded has id take n units on w, 2 ms apart from at, each
+// admitted, then refunds them all; it returns the time of the last.
+func takeRefunded(t *testing.T, w *Limiter, at time.Time, id string, n int) time.Time {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		at = at.Add(2 * time.Millisecond)
+		if d := w.AdmitAt(at, id); !d.Allowed {
+			t.Fatalf("%s refused its guarantee: %+v", id, d)
+		}
+	}
+	w.Refund(id, int64(n))
+	return at
+}
+
+// refundOnW0 has a take 3 units on w0, refunded by the host and kept in
+// w0's lease over one tick (a asked since the last), w1 ticked, and returns
+// the time to go on from.
+func refundOnW0(t *testing.T, w0, w1 *Limiter, cfg Config) time.Time {
+	t.Helper()
+	at := takeRefunded(t, w0, t0.Add(2*cfg.Cycle+10*time.Millisecond), "a", 3)
+	w0.TickAt(at.Add(time.Millisecond)) // (a used since the last tick: kept)
+	w1.TickAt(at)
+	return at.Add(5 * time.Millisecond)
+}
+
 // The same, with a give-back: a took 3 of its guarantee on w0 and the host
 // refunded them; w0's tick hands the lease back between w1's scan (a had
 // 3) and w1's publish. a has had nothing then, and is owed its 6 again.
 func TestAGiveBackBetweenTheScanAndThePlanIsOwed(t *testing.T) {
 	w0, w1, hook, mem, cfg := twoFairWorkers(t)
-	at := t0.Add(2*cfg.Cycle + 10*time.Millisecond)
-	for i := 0; i < 3; i++ {
-		at = at.Add(2 * time.Millisecond)
-		if d := w0.AdmitAt(at, "a"); !d.Allowed {
-			t.Fatalf("a: %+v", d)
-		}
-	}
-	w0.Refund("a", 3)
-	w0.TickAt(at.Add(time.Millisecond)) // (a used since the last tick: kept)
-	w1.TickAt(at)
-	at = at.Add(5 * time.Millisecond)
+	at := refundOnW0(t, w0, w1, cfg)
 	hook.beforeSet = func(k string) {
 		if k != w1.view.planKey {
 			return
@@ -147,17 +162,7 @@ func TestAGiveBackFromAWorkerBehindIsOwed(t *testing.T) {
 	w0, w1, _, mem, cfg := twoFairWorkers(t)
 	hook := &hookedStore{Store: mem}
 	w0.view.store = hook
-	at := t0.Add(2*cfg.Cycle + 10*time.Millisecond)
-	for i := 0; i < 3; i++ {
-		at = at.Add(2 * time.Millisecond)
-		if d := w0.AdmitAt(at, "a"); !d.Allowed {
-			t.Fatalf("a: %+v", d)
-		}
-	}
-	w0.Refund("a", 3)
-	w0.TickAt(at.Add(time.Millisecond)) // (a used since the last tick: kept)
-	w1.TickAt(at)
-	at = at.Add(5 * time.Millisecond)
+	at := refundOnW0(t, w0, w1, cfg)
 	hook.beforeGet = func(k string) {
 		if !strings.Contains(k, "/c/") {
 			return
@@ -298,14 +303,7 @@ func TestAGiveBackWhileTheSlicesReadIsOwed(t *testing.T) {
 	for s := 0; s < 20; s++ {
 		l.TickAt(t0.Add(cfg.Cycle + time.Second + time.Duration(s)*10*time.Millisecond))
 	}
-	at := t0.Add(2*cfg.Cycle + 10*time.Millisecond)
-	for i := 0; i < 3; i++ {
-		at = at.Add(2 * time.Millisecond)
-		if d := l.AdmitAt(at, "a"); !d.Allowed {
-			t.Fatalf("a refused its guarantee: %+v", d)
-		}
-	}
-	l.Refund("a", 3)
+	at := takeRefunded(t, l, t0.Add(2*cfg.Cycle+10*time.Millisecond), "a", 3)
 	if !l.view.plan.provisional {
 		t.Fatalf("set-up: the roll is not provisional")
 	}
@@ -318,34 +316,16 @@ func TestAGiveBackWhileTheSlicesReadIsOwed(t *testing.T) {
 	if l.view.plan.provisional {
 		t.Fatal("set-up: the slices did not complete the plan")
 	}
-	v := storedBudget(t, l, store)
-	left := max(0, v.capacity-v.granted)
-	got := min(l.view.owedOf(&v), left)
-	want, detail := gatesOwe(t, l, at)
-	want = min(want, left)
-	t.Logf("completed plan %d params %v; budget %+v", l.view.plan.id, l.view.plan.params, v)
-	if got < want {
-		t.Errorf("the budget owes %d, the counted clients' gates %d:%s", got, want, detail)
-	}
+	checkOwedNow(t, l, store, at)
 	// Nothing is spare (a, b and c owed 8 each of 24): b, refused past its
 	// guarantee, must not be told a unit that a and c take first.
 	ask := func(id string) Decision {
 		at = at.Add(2 * time.Millisecond)
 		return l.AdmitAt(at, id)
 	}
-	for i := 0; i < 8; i++ {
-		if d := ask("b"); !d.Allowed {
-			t.Fatalf("b refused its guarantee: %+v", d)
-		}
-	}
-	db := ask("b")
-	if db.Allowed {
-		t.Fatalf("b admitted past its guarantee: %+v", db)
-	}
 	told := map[string]time.Time{}
-	if db.RetryAfter < db.Reset {
-		told["b"] = at.Add(db.RetryAfter)
-	}
+	guaranteeOf(t, ask, "b", 8)
+	pastGuarantee(t, ask, func() time.Time { return at }, "b", told)
 	for _, id := range []string{"a", "c"} {
 		for i := 0; i < 8; i++ {
 			if d := ask(id); !d.Allowed {

@@ -49,6 +49,29 @@ func askInTurn(admit func(at time.Time, id string) Decision, at time.Time, ids [
 	}
 }
 
+// guaranteeOf has id ask n times through ask, each admitted.
+func guaranteeOf(t *testing.T, ask func(string) Decision, id string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if d := ask(id); !d.Allowed {
+			t.Fatalf("%s refused its guarantee: %+v", id, d)
+		}
+	}
+}
+
+// pastGuarantee has id ask once more, at the time now gives after ask: it
+// is refused, and told (in told) when to come back if in the window.
+func pastGuarantee(t *testing.T, ask func(string) Decision, now func() time.Time, id string, told map[string]time.Time) {
+	t.Helper()
+	d := ask(id)
+	if d.Allowed {
+		t.Fatalf("%s admitted past its guarantee: %+v", id, d)
+	}
+	if d.RetryAfter < d.Reset {
+		told[id] = now().Add(d.RetryAfter)
+	}
+}
+
 // warmFair returns a worker of cfg (a fair policy's), on a store of its own, whose ids have
 // each asked n times in the window after t0's: the window the next is
 // planned from.
@@ -543,19 +566,9 @@ func TestAGuaranteeRaisedByTheCompletingPlanIsOwed(t *testing.T) {
 	if owed := l.view.owedOf(&v); owed < 12 {
 		t.Errorf("a owed 4 more of its guarantee of 8 and b its 8, yet %d owed", owed)
 	}
-	for i := 0; i < 8; i++ {
-		if d := ask("b"); !d.Allowed {
-			t.Fatalf("b refused its guarantee: %+v", d)
-		}
-	}
-	db := ask("b")
-	if db.Allowed {
-		t.Fatalf("b admitted past its guarantee: %+v", db)
-	}
 	told := map[string]time.Time{}
-	if db.RetryAfter < db.Reset {
-		told["b"] = at.Add(db.RetryAfter)
-	}
+	guaranteeOf(t, ask, "b", 8)
+	pastGuarantee(t, ask, func() time.Time { return at }, "b", told)
 	for i := 0; i < 4; i++ {
 		if d := ask("a"); !d.Allowed {
 			t.Logf("a refused within its guarantee of 8: %+v", d)
@@ -803,26 +816,14 @@ func TestARefundedTakeIsOwedAgain(t *testing.T) {
 	}
 	told := map[string]time.Time{}
 	for _, id := range []string{"a", "b"} {
-		for i := 0; i < 10; i++ {
-			if d := ask(id); !d.Allowed {
-				t.Fatalf("%s refused its guarantee: %+v", id, d)
-			}
-		}
-		if d := ask(id); d.Allowed {
-			t.Fatalf("%s admitted past its guarantee: %+v", id, d)
-		} else if d.RetryAfter < d.Reset {
-			told[id] = at.Add(d.RetryAfter)
-		}
+		guaranteeOf(t, ask, id, 10)
+		pastGuarantee(t, ask, func() time.Time { return at }, id, told)
 	}
 	t.Logf("told %v; budget %+v", told, storedBudget(t, l, store))
 	if len(told) > 1 {
 		t.Errorf("a and b both told a unit in the window (%v), with one to spare", told)
 	}
-	for i := 0; i < 10; i++ {
-		if d := ask("c"); !d.Allowed {
-			t.Fatalf("c refused its guarantee: %+v", d)
-		}
-	}
+	guaranteeOf(t, ask, "c", 10)
 	retryAtTheirMoments(t, l.AdmitAt, told, func() budget { return storedBudget(t, l, store) })
 }
 
