@@ -1129,3 +1129,23 @@ func TestOwedNeverBelowWhatTheGatesOwe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { checkOwed(t, tc.traffic) })
 	}
 }
+
+// Only a lender policy's budget counts what is owed: under seed, a lease
+// refunded and given back leaves owed, and the plan it is counted under,
+// as they were.
+func TestAGiveBackUnderSeedOwesNothing(t *testing.T) {
+	cfg := Defaults(24, 5*time.Second)
+	store := NewMemStore()
+	l := newLimiter(t, cfg, store)
+	if err := l.RegisterAt(t0, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	at := takeRefunded(t, l, t0.Add(cfg.Cycle+10*time.Millisecond), "a", 3)
+	for i := 0; i < 3; i++ {
+		at = at.Add(10 * time.Millisecond)
+		l.TickAt(at)
+	}
+	if v := storedBudget(t, l, store); v.returned == 0 || v.owed != 0 || v.owedPlan != 0 {
+		t.Errorf("under seed, after a lease given back: budget %+v (want returned > 0, owed and owedPlan 0)", v)
+	}
+}

@@ -152,11 +152,12 @@ func (r *view) budgetLeft(next *plan, v budget, corrupt, freshRoll bool) (capaci
 // give returns n units to the window budget (a lease returned, or units
 // taken for a lease that was not written). A give that fails loses the
 // units for the window: on the safe side.
-// took: the units were a client's takes, through its gate (what it is
-// owed may rise by as much: see "Guarantees owed").
+// took: the units were a client's takes, through its gate under a lender
+// policy (what it is owed may rise by as much: see "Guarantees owed").
 func (r *view) give(n int64, took bool) {
 	if n > 0 {
-		_, _, _, _ = r.adjust(-n, borrowGate{on: took}, nil)
+		_, lends := r.pol.(lender)
+		_, _, _, _ = r.adjust(-n, borrowGate{on: took && lends}, nil)
 	}
 }
 
