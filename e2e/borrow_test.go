@@ -57,6 +57,21 @@ type cycleObs struct {
 	minRecv           time.Time
 	lateRecv          [][]time.Time // per client, receive times (for straddlers)
 	inconsistentShare bool
+	windows           map[int64]int // responses per wall-clock window, by each one's midpoint
+}
+
+// window is the wall-clock window most of the plan's responses fell in.
+// Windows are aligned to the clock (window_offset 0), so a response's
+// window is that of the middle of its round trip, but for those near a
+// boundary.
+func (o *cycleObs) window() int64 {
+	best, n := int64(-1), 0
+	for w, c := range o.windows {
+		if c > n || c == n && w < best {
+			best, n = w, c
+		}
+	}
+	return best
 }
 
 // TestBorrowingFollowsAllocate checks that the shares Envoy hands out from
@@ -101,6 +116,9 @@ func testBorrowing(t *testing.T, workers int) {
 	})
 
 	// Registered in this order, which is the order engine.Allocate gets.
+	// The re-plans that count them (one per newcomer, by whichever worker
+	// sees its proof) may come once the load has begun: a plan id names a
+	// window's roll only where it is the window's one plan (see below).
 	ids := []string{"light", "medium", "heavy"}
 	tg.registerAll(t, ids)
 	// Rates stay well below 32 requests per client and cycle (see above),
@@ -110,7 +128,7 @@ func testBorrowing(t *testing.T, workers int) {
 		{d: 5 * time.Second, rates: []float64{4, 16, 25}},
 		{d: 5 * time.Second, rates: []float64{25, 4, 16}},
 	})
-	obs := observeCycles(t, tg, ids, rs)
+	obs := observeCycles(t, tg, ids, rs, cycle)
 	if t.Failed() {
 		return
 	}
@@ -123,6 +141,14 @@ func testBorrowing(t *testing.T, workers int) {
 		// The first cycle of the load may have begun before it; its
 		// predecessor's demand is partly registration traffic.
 		if cyc <= first || prev == nil || cur == nil || next == nil {
+			continue
+		}
+		// Plan ids change at every re-plan too: cur's demand is its whole
+		// window's, and next's shares are the roll's, only where prev, cur
+		// and next each are the one plan of consecutive windows.
+		if w := cur.window(); prev.window() != w-1 || next.window() != w+1 {
+			t.Logf("cycle %d: plans %d, %d, %d fell in windows %d, %d, %d, not three in a row; not checked",
+				cyc, cyc-1, cyc, cyc+1, prev.window(), w, next.window())
 			continue
 		}
 		// Windows are aligned to the clock, not to the load: the load may
@@ -170,7 +196,7 @@ func testBorrowing(t *testing.T, workers int) {
 }
 
 // observeCycles groups the responses by cycle.
-func observeCycles(t *testing.T, tg *target, ids []string, rs []result) map[uint64]*cycleObs {
+func observeCycles(t *testing.T, tg *target, ids []string, rs []result, cycle time.Duration) map[uint64]*cycleObs {
 	t.Helper()
 	index := map[string]int{}
 	for i, id := range ids {
@@ -195,9 +221,11 @@ func observeCycles(t *testing.T, tg *target, ids []string, rs []result) map[uint
 				share:    slices.Repeat([]int64{-1}, len(ids)),
 				lateRecv: make([][]time.Time, len(ids)),
 				minSend:  r.sent, maxSend: r.sent, minRecv: r.recv,
+				windows: map[int64]int{},
 			}
 			obs[cyc] = o
 		}
+		o.windows[r.sent.Add(r.recv.Sub(r.sent)/2).UnixNano()/int64(cycle)]++
 		i := index[r.client]
 		o.demand[i]++
 		o.lateRecv[i] = append(o.lateRecv[i], r.recv)
