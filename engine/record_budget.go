@@ -400,7 +400,7 @@ func (r *view) adjust(delta int64, gate borrowGate, ask *bookAsk) (moved int64, 
 			if claimed > moved { // its booking: past the gate
 				moved = min(allowed, claimed)
 				if gate.past {
-					late = math.Max(late, (gate.excess+float64(moved))/gate.weight)
+					late = max(late, (gate.excess+float64(moved))/gate.weight)
 				}
 			}
 			if late != v.late {

@@ -442,7 +442,7 @@ func fullShare(pol compactPolicy, p *plan, e *entry, cfg *Config) int64 {
 // spreadCap is a client's cap c, at most most, under p's spread (see
 // spreadCaps): the one formula both a plan and a worker apply.
 func spreadCap(p *plan, c, most float64) float64 {
-	return math.Min(most, p.spread*math.Max(0, sanitize(c)))
+	return min(most, p.spread*max(0, sanitize(c)))
 }
 
 // shown is what a newcomer that entered unproven has shown: the units it
@@ -466,19 +466,19 @@ func newDemand(def, shown float64) float64 {
 	if shown < 0 {
 		return def
 	}
-	return math.Min(shown, def)
+	return min(shown, def)
 }
 
 // roundCap rounds a client's cap c by p's largest-remainder threshold, to
 // at most the capacity and its own cap most (a client at its cap does not
 // round up).
 func roundCap(c, most float64, since int64, hash uint64, p *plan) int64 {
-	c = math.Max(0, sanitize(c))
+	c = max(0, sanitize(c))
 	f := math.Floor(c)
 	if roundsUp(c-f, since, hash, p) {
 		f++
 	}
-	return int64(math.Min(math.Min(f, float64(p.capacity)), most))
+	return int64(min(min(f, float64(p.capacity)), most))
 }
 
 // roundsUp reports whether a client's cap rounds up under p's largest
@@ -585,7 +585,7 @@ func (c *closedScratch) add(e *entry, cur *plan, cfg *Config) {
 	case cur.window + 1: // moved on since (a plan read in slices, after its window opened)
 		d, g = float64(e.lastDemand), float64(e.lastGranted)
 	}
-	c.demands = append(c.demands, math.Min(d, cfg.mostOf(e.hash))) // a cap bounds what a client may ask
+	c.demands = append(c.demands, min(d, cfg.mostOf(e.hash))) // a cap bounds what a client may ask
 	c.weights = append(c.weights, cfg.weightOf(e.hash))
 	c.granted = append(c.granted, g)
 }
@@ -665,14 +665,14 @@ func (j *judging) step(budget int) bool {
 				j.total += w
 			case 1:
 				even := j.capacity * w / j.total
-				j.lent += math.Max(0, even-g)
-				j.borrowed += math.Max(0, g-even)
+				j.lent += max(0, even-g)
+				j.borrowed += max(0, g-even)
 				if g < c.demands[i] {
 					j.out.HeldBelow++
 				}
 			case 3:
 				d := c.demands[i]
-				fair := w * math.Min(sanitize(d)/w, j.fair)
+				fair := w * min(sanitize(d)/w, j.fair)
 				if d <= 0 || fair <= 0 {
 					continue
 				}
@@ -687,7 +687,7 @@ func (j *judging) step(budget int) bool {
 		j.i = 0
 		switch j.phase {
 		case 0:
-			j.total = math.Max(j.total, 1e-9) // (as totalWeight)
+			j.total = max(j.total, 1e-9) // (as totalWeight)
 		case 1:
 			// (Rounded to the nearest unit: equal shares are fractions.)
 			j.out.Lent, j.out.Borrowed = int64(math.Round(j.lent)), int64(math.Round(j.borrowed))
@@ -813,7 +813,7 @@ func (m *planMath) stepPhase(budget int) int {
 	switch m.phase {
 	case phaseWeight:
 		if budget, over = m.pass(budget, func(i int) { m.weight += s.weights[i] }); over {
-			m.def = c / math.Max(m.weight, 1e-9) // per weight unit
+			m.def = c / max(m.weight, 1e-9) // per weight unit
 			m.phase = phaseDemand
 		}
 	case phaseDemand:
@@ -822,7 +822,7 @@ func (m *planMath) stepPhase(budget int) int {
 			if s.isNew[i] {
 				d = newDemand(s.weights[i]*m.def, s.shown[i])
 			}
-			s.caps[i] = math.Min(sanitize(d), s.mosts[i])
+			s.caps[i] = min(sanitize(d), s.mosts[i])
 		}); over {
 			m.phase = phaseParams
 			switch pol := m.pol.(type) {
@@ -860,7 +860,7 @@ func (m *planMath) stepPhase(budget int) int {
 		}
 	case phaseCaps:
 		if budget, over = m.pass(budget, func(i int) {
-			s.fracs[i] = math.Max(0, sanitize(weightedCap(m.pol, &p.params, s.caps[i], s.weights[i], s.mosts[i])))
+			s.fracs[i] = max(0, sanitize(weightedCap(m.pol, &p.params, s.caps[i], s.weights[i], s.mosts[i])))
 		}); over {
 			m.phase = phaseFloors
 			if _, lends := m.pol.(lender); !lends {
@@ -879,7 +879,7 @@ func (m *planMath) stepPhase(budget int) int {
 			f := math.Floor(x)
 			s.fracs[i] = x - f
 			s.caps[i] = f // the demand is not needed any more: keep the floor
-			m.floors += int64(math.Min(f, c))
+			m.floors += int64(min(f, c))
 		}); over {
 			n := len(s.hashes)
 			m.phase = phaseWant
@@ -911,7 +911,7 @@ func (m *planMath) stepPhase(budget int) int {
 			if roundsUp(s.fracs[i], s.since[i], s.hashes[i], p) {
 				f++
 			}
-			full := int64(math.Min(math.Min(f, c), s.mosts[i]))
+			full := int64(min(min(f, c), s.mosts[i]))
 			m.want += max(0, full-s.granted[i])
 		}); over {
 			if left := max(m.left, 0); m.want > left {
@@ -938,7 +938,7 @@ func (a *seedSums) add(d, w, most float64) {
 }
 
 func (a *seedSums) params() policyParams {
-	return policyParams{a.def, a.floor, a.deficit, a.surplus, math.Max(0, a.surplus-a.deficit)}
+	return policyParams{a.def, a.floor, a.deficit, a.surplus, max(0, a.surplus-a.deficit)}
 }
 
 // spreadRounds is spreadCaps a round at a time (see spreadCaps).
@@ -985,7 +985,7 @@ func (r *spreadRounds) finishRound() {
 		r.done = true
 		return
 	}
-	r.k = math.Min(next, maxSpread)
+	r.k = min(next, maxSpread)
 	r.done = r.round >= 64 // (every k found is safe: a limit leaves units unshared, never too many)
 }
 
@@ -1379,7 +1379,7 @@ func (Seed) capOf(pp *policyParams, demand, most float64) float64 {
 	switch {
 	case g <= 0 && deficit > 0:
 		need := -g
-		return def + math.Min(need, need/deficit*surplus)
+		return def + min(need, need/deficit*surplus)
 	case g <= 0:
 		return def
 	case surplus <= 0:
@@ -1453,7 +1453,7 @@ func largestRemainder(dst []int64, capacity int64, caps []float64) []int64 {
 	n := len(caps)
 	var sum int64
 	for i, c := range caps {
-		c = math.Max(0, sanitize(c))
+		c = max(0, sanitize(c))
 		f := math.Floor(c)
 		if f > float64(capacity) {
 			f = float64(capacity)
@@ -1505,7 +1505,7 @@ func clamp01(x float64) float64 {
 	if math.IsNaN(x) || x < 0 {
 		return 0
 	}
-	return math.Min(x, 1)
+	return min(x, 1)
 }
 
 func resize(dst []int64, n int) []int64 {
@@ -1566,7 +1566,7 @@ func totalWeight(weights []float64, n int) float64 {
 	for _, x := range weights {
 		w += x
 	}
-	return math.Max(w, 1e-9)
+	return max(w, 1e-9)
 }
 
 // weightedCap is one client's real-valued cap under params pp: w times the
@@ -1578,18 +1578,18 @@ func totalWeight(weights []float64, n int) float64 {
 // A capped client's demand counts up to its cap (most), and its cap is
 // at most that (see Caps).
 func weightedCap(pol compactPolicy, pp *policyParams, demand, w, most float64) float64 {
-	d := math.Min(sanitize(demand), most)
+	d := min(sanitize(demand), most)
 	if _, limit := pol.(Fair); limit {
-		return math.Min(pol.capOf(pp, d, most), most)
+		return min(pol.capOf(pp, d, most), most)
 	}
-	return math.Min(w*pol.capOf(pp, d/w, most/w), most)
+	return min(w*pol.capOf(pp, d/w, most/w), most)
 }
 
 // heaviest is the largest weight a client may have.
 func (c *Config) heaviest() float64 {
 	w := 1.0
 	for _, x := range c.hashedWeights {
-		w = math.Max(w, x)
+		w = max(w, x)
 	}
 	return w
 }
@@ -1640,7 +1640,7 @@ func mostAt(mosts []float64, i int) float64 {
 // kept is what a seed client keeps of its default share (per weight
 // unit): its demand, at least the reservation floor, at most its cap.
 func kept(demand, floor, most float64) float64 {
-	return math.Min(math.Max(demand, floor), most)
+	return min(max(demand, floor), most)
 }
 
 // byHash indexes a per-client map (Weights, Caps) by client hash, once
@@ -1759,13 +1759,13 @@ const (
 // guarantee (def per weight unit) in the next: what it asked for, up to its
 // guarantee. It is the borrow gate's expects (gateFor).
 func expectedGuarantee(def, w, d float64) float64 {
-	return math.Min(math.Floor(def*w), math.Ceil(math.Min(sanitize(d), MaxCapacity)))
+	return min(math.Floor(def*w), math.Ceil(min(sanitize(d), MaxCapacity)))
 }
 
 // guaranteeReach is the most of its guarantee (def per weight unit) a
 // client of weight w and cap most may take: the gate's reach.
 func guaranteeReach(def, w, most float64) int64 {
-	return int64(math.Min(math.Floor(def*w), math.Floor(most)))
+	return int64(min(math.Floor(def*w), math.Floor(most)))
 }
 
 // owedGuarantee is what a client is owed of its guarantee once it has had
@@ -1784,7 +1784,7 @@ func owedGuarantee(expects, reach, had int64) int64 {
 // expected to take less than half its reach: twice what it has had rises
 // faster, up to half its reach.)
 func planOwes(def, w, d, most float64, had int64, ahead bool) int64 {
-	expects, reach := int64(expectedGuarantee(def, w, math.Min(d, most))), guaranteeReach(def, w, most)
+	expects, reach := int64(expectedGuarantee(def, w, min(d, most))), guaranteeReach(def, w, most)
 	owed := owedGuarantee(expects, reach, had)
 	if h := reach / 2; ahead && h > had {
 		owed = max(owed, owedGuarantee(expects, reach, h))
@@ -1830,7 +1830,7 @@ func (Fair) capOf(pp *policyParams, _, _ float64) float64 { return pp[fairCapaci
 // tiers are a client's guarantee and its priority limit (the water level,
 // at least the guarantee), in units.
 func (Fair) tiers(pp *policyParams) (guarantee, level float64) {
-	return pp[0], math.Max(pp[0], pp[fairLevel])
+	return pp[0], max(pp[0], pp[fairLevel])
 }
 
 // keep is what a raise of the late level leaves in the late pool: lateKeep,
@@ -1869,10 +1869,10 @@ func (Fair) Allocate(dst []int64, capacity int64, demands []float64) []int64 {
 	caps := scratchFloats(n)
 	var used float64
 	for i, d := range demands {
-		caps[i] = math.Min(sanitize(d), level)
+		caps[i] = min(sanitize(d), level)
 		used += caps[i]
 	}
-	spare := math.Max(0, float64(capacity)-used) / float64(n)
+	spare := max(0, float64(capacity)-used) / float64(n)
 	for i := range caps {
 		caps[i] += spare
 	}
@@ -1942,7 +1942,7 @@ func (b borrowGate) room(allowed, granted, capacity int64, lateLevel float64) (i
 		n = late - b.keep // a raise
 	}
 	if n = max(0, min(allowed, n)); n > 0 {
-		lateLevel = math.Max(lateLevel, (b.excess+float64(n))/b.weight)
+		lateLevel = max(lateLevel, (b.excess+float64(n))/b.weight)
 	}
 	return n, lateLevel
 }
@@ -1967,18 +1967,18 @@ func (b borrowGate) nextAt(granted, capacity int64) float64 {
 	if b.lv > 0 {
 		ent = float64(b.had) / b.lv
 	}
-	f = math.Min(f, math.Max(float64(granted)/float64(capacity), ent))
+	f = min(f, max(float64(granted)/float64(capacity), ent))
 	if b.past {
-		f = math.Min(f, fairLag+(1-fairLag)*float64(granted+b.keep)/float64(capacity))
+		f = min(f, fairLag+(1-fairLag)*float64(granted+b.keep)/float64(capacity))
 	}
-	return math.Max(f, b.elapsed)
+	return max(f, b.elapsed)
 }
 
 // accrued is how much of capacity has accrued at fraction f of a window,
 // rounded up: a unit is lendable from the moment it starts accruing, so
 // the last one is not stranded until the window's very end.
 func accrued(capacity int64, f float64) int64 {
-	return int64(math.Ceil(math.Max(0, f) * float64(capacity)))
+	return int64(math.Ceil(max(0, f) * float64(capacity)))
 }
 
 // gateFor is the gate of a lease for the client with hash hash that has
@@ -1993,7 +1993,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 	g, lv := l.tiers(&p.params)
 	w := cfg.weightOf(hash)
 	most := cfg.mostOf(hash)
-	expects := int64(expectedGuarantee(g, w, math.Min(prev, most)))
+	expects := int64(expectedGuarantee(g, w, min(prev, most)))
 	reach := guaranteeReach(g, w, most)
 	g, lv = g*w, lv*w
 	f := windowElapsed(p, cfg, t)
@@ -2031,7 +2031,7 @@ func gateFor(pol compactPolicy, p *plan, cfg *Config, hash uint64, granted int64
 func windowElapsed(p *plan, cfg *Config, t int64) float64 {
 	start, end := planWindow(p, cfg)
 	f := float64(t-start) / float64(end-start)
-	return math.Max(0, math.Min(1, f))
+	return max(0, min(1, f))
 }
 
 // nextAccrual is when a client whose last lease fell short may find
@@ -2295,7 +2295,7 @@ func bookUnits(v *budget, ask *bookAsk, gate borrowGate, granted, ahead, left in
 // fraction f of the window: burst × share at once, the rest linearly.
 // Rounded up, so a unit is available as soon as it starts to accrue.
 func pacedAmount(share int64, burst, f float64) int64 {
-	f = math.Max(0, math.Min(1, f))
+	f = max(0, min(1, f))
 	// (less a rounding hair, so that 100 × 0.6 is 60, not 61)
 	return int64(math.Ceil(float64(share)*(burst+(1-burst)*f) - 1e-9))
 }
@@ -2532,7 +2532,7 @@ func pacedAt(p *plan, cfg *Config, share, units int64) int64 {
 		return start
 	}
 	f := (float64(units-1)/float64(share) - b) / (1 - b)
-	return start + int64(math.Ceil(math.Max(0, math.Min(1, f))*float64(end-start))) + int64(time.Microsecond)
+	return start + int64(math.Ceil(max(0, min(1, f))*float64(end-start))) + int64(time.Microsecond)
 }
 
 // Lease sizing (see leaseSize): 1/16 of what is left of a share, and 1/4
@@ -2573,7 +2573,7 @@ func roomy(pol compactPolicy, cfg *Config, e *entry) bool {
 	if _, lends := pol.(lender); lends || cfg.Pace || cfg.Fleet != nil {
 		return false
 	}
-	return e.share-e.granted >= leaseDivisor*leaseChunk && 2*math.Max(e.prev, float64(e.demand)) <= float64(e.share)
+	return e.share-e.granted >= leaseDivisor*leaseChunk && 2*max(e.prev, float64(e.demand)) <= float64(e.share)
 }
 
 // leaseWant sizes a lease for entry e (see leaseSize). Paced, or under the
