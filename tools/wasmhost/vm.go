@@ -80,7 +80,7 @@ func (h *Host) instantiate(ctx context.Context, index int) (*VM, error) {
 		// Real randomness, as in Envoy: identical seeds in every VM could
 		// hide collisions between per-worker random ids.
 		WithRandSource(rand.Reader)
-	mod, err := h.mod.rt.InstantiateModule(ctx, h.mod.compiled, cfg)
+	mod, err := h.mod.rt.InstantiateModule(withReservedMemory(ctx), h.mod.compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("wasmhost: instantiate %s: %w", vm.label(), err)
 	}
