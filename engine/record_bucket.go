@@ -103,15 +103,34 @@ func decodeBucket(raw []byte, b *bucketVal) error {
 		hashes[i] = b.entries[i].hash
 		p = p[entryLen:]
 	}
-	// Sorted, duplicates are neighbours: O(n log n) rather than comparing
-	// every pair, on a path a flood of new ids takes once per request.
-	slices.Sort(hashes[:n])
-	for i := 1; i < n; i++ {
-		if hashes[i] == hashes[i-1] {
-			return fmt.Errorf("%w: duplicate entry", errCorrupt)
-		}
+	if hasDuplicate(hashes[:n]) {
+		return fmt.Errorf("%w: duplicate entry", errCorrupt)
 	}
 	return nil
+}
+
+// hasDuplicate reports whether two of hashes are equal, reordering them.
+// A bucket holds about a dozen entries (the table has a bucket for every
+// 16 clients it may count): there, comparing every pair costs less than
+// sorting, which was 2% of a request's time at 100,000 clients in Wasm.
+// A fuller bucket (up to bucketSlots) is sorted, so that duplicates are
+// neighbours.
+func hasDuplicate(hashes []uint64) bool {
+	if len(hashes) <= 16 {
+		for i, h := range hashes {
+			if slices.Contains(hashes[i+1:], h) {
+				return true
+			}
+		}
+		return false
+	}
+	slices.Sort(hashes)
+	for i := 1; i < len(hashes); i++ {
+		if hashes[i] == hashes[i-1] {
+			return true
+		}
+	}
+	return false
 }
 
 // bucketHeader checks raw's version and length and returns its entry count

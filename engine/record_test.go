@@ -149,3 +149,30 @@ func TestEncodingIsPinned(t *testing.T) {
 		t.Fatalf("the records encode as %s, not as format %s pinned (%s): a change of encoding needs a new recordFormat (record.go), then this pin, and a CHANGELOG line", got, recordFormat, want)
 	}
 }
+
+// A bucket that names one client twice is unreadable, wherever the two
+// entries are, in a bucket of any size (small ones compare every pair,
+// full ones sort).
+func TestABucketWithADuplicateIsUnreadable(t *testing.T) {
+	for _, n := range []int{2, 3, 12, 16, 17, 30, bucketSlots} {
+		for _, at := range [][2]int{{0, 1}, {0, n - 1}, {n / 2, n - 1}, {n - 2, n - 1}} {
+			if at[0] == at[1] {
+				continue
+			}
+			bkt := bucketVal{entries: make([]entry, n)}
+			for i := range bkt.entries {
+				bkt.entries[i] = entry{hash: uint64(1000 - 7*i), window: 5, active: 5}
+			}
+			raw := appendBucket(nil, &bkt)
+			var b bucketVal
+			if err := decodeBucket(raw, &b); err != nil {
+				t.Fatalf("%d distinct entries: %v", n, err)
+			}
+			bkt.entries[at[1]].hash = bkt.entries[at[0]].hash
+			raw = appendBucket(nil, &bkt)
+			if err := decodeBucket(raw, &b); !errors.Is(err, errCorrupt) {
+				t.Errorf("%d entries, %d and %d the same client: %v, want errCorrupt", n, at[0], at[1], err)
+			}
+		}
+	}
+}
