@@ -176,3 +176,49 @@ func TestABucketWithADuplicateIsUnreadable(t *testing.T) {
 		}
 	}
 }
+
+// updateEntry writes what decoding the whole bucket, changing the one
+// entry and encoding it all again writes; it leaves a bucket without the
+// entry as it was, and refuses one whose entry is impossible.
+func TestUpdateEntryWritesTheBucketAFullRewriteWould(t *testing.T) {
+	store := NewMemStore()
+	l := newLimiter(t, testConfig(), store)
+	r, key := l.view, l.view.key(0)
+	bkt := bucketVal{overflow: true}
+	for i := range 5 {
+		bkt.entries = append(bkt.entries, entry{hash: uint64(100 + i), created: 1, window: 5, plan: 3, share: 10, granted: int64(i), demand: int64(2 * i), prev: 1.5, active: 5, tries: 2})
+	}
+	if err := store.Set(key, appendBucket(nil, &bkt), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []uint64{100, 102, 104} {
+		found, err := r.updateEntry(0, h, func(e *entry) (bool, error) {
+			e.granted += 3
+			e.demand += 7
+			return true, nil
+		})
+		if err != nil || !found {
+			t.Fatalf("entry %d: found %v, %v", h, found, err)
+		}
+		bkt.entries[h-100].granted += 3
+		bkt.entries[h-100].demand += 7
+		if raw, _, _ := store.Get(key); string(raw) != string(appendBucket(nil, &bkt)) {
+			t.Fatalf("entry %d changed in place differs from the bucket rewritten", h)
+		}
+	}
+	_, cas, _ := store.Get(key)
+	if found, err := r.updateEntry(0, 999, func(*entry) (bool, error) { t.Fatal("change called for a missing entry"); return true, nil }); found || err != nil {
+		t.Fatalf("a missing entry: found %v, %v", found, err)
+	}
+	bkt.entries[1].granted = bkt.entries[1].share + 1 // impossible: more granted than its share
+	if err := store.Set(key, appendBucket(nil, &bkt), cas); err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := store.Get(key)
+	if _, err := r.updateEntry(0, 101, func(*entry) (bool, error) { return true, nil }); !errors.Is(err, errCorrupt) {
+		t.Fatalf("an impossible entry: %v, want errCorrupt", err)
+	}
+	if raw, _, _ := store.Get(key); string(raw) != string(before) {
+		t.Fatal("a bucket with an impossible entry was written")
+	}
+}

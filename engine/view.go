@@ -1043,23 +1043,8 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 	var take, ret int64
 	budgetShort := false // the share has room but the window does not
 	res := syncOK
-	err := r.updateBucket(cs.bucket, nil, func(bkt *bucketVal, missing bool) (bool, error) {
-		if missing {
-			res = syncGone
-			return false, nil
-		}
-		i := -1
-		for j := range bkt.entries {
-			if bkt.entries[j].hash == cs.hash {
-				i = j
-				break
-			}
-		}
-		if i < 0 {
-			res = syncGone
-			return false, nil
-		}
-		e = bkt.entries[i]
+	found, err := r.updateEntry(cs.bucket, cs.hash, func(in *entry) (bool, error) {
+		e = *in
 		if res = r.writeDemand(&e, cs); res != syncOK {
 			return false, nil
 		}
@@ -1106,10 +1091,12 @@ func (r *view) sync(cs *clientState, need int64, returnLease bool, t int64) sync
 			}
 			e.granted += take
 		}
-		bkt.entries[i] = e
+		*in = e
 		return true, nil
 	})
 	switch {
+	case err == nil && !found:
+		return syncGone
 	case err == nil && res != syncOK:
 		return res
 	case err == nil:
