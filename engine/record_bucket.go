@@ -238,7 +238,7 @@ func (r *view) updateBucket(b int, read *bucketRead, change func(bkt *bucketVal,
 }
 
 // updateEntry is updateBucket for a change to the entry of hash h alone (a
-// request's sync, once per client and window): it decodes that entry,
+// request's sync of its client): it decodes that entry,
 // hands it to change, and writes it back in its place, the other entries
 // copied as read. Decoding and encoding a dozen entries to change one was
 // a tenth of a request's time at 100,000 clients in Wasm. The checksum

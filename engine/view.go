@@ -700,9 +700,8 @@ type planSlices struct {
 }
 
 // sliceWork is the least work a slice does: buckets and entries read, or
-// planMath's steps over mathPerEntry. A slice of 128 took 0.13 ms at the
-// median in the wazero host at 100,000 clients, and 0.5 ms at the 99th
-// percentile.
+// planMath's steps over mathPerEntry (its time in Wasm: design.md, the
+// measured plan cost).
 const sliceWork = 128
 
 // mathPerEntry is how many of a plan's arithmetic steps (planMath and
@@ -716,9 +715,9 @@ const mathPerClient = 16
 
 // PlanTick is how often a host should tick a limiter that reads a plan a
 // slice at a time (Limiter.PlanAt). The slices before the deadline share
-// the work: at 5 ms, a plan over 100,000 clients in 10 s windows gave
-// each about 300 units, and 6% of its callbacks took over 1 ms in Wasm;
-// at 2 ms, 0.3%.
+// the work, so the shorter the period, the less each does (down to
+// sliceWork): 2 ms keeps a slice near sliceWork at 100,000 clients in
+// 10 s windows, where 5 ms gave each more than twice that.
 const PlanTick = 2 * time.Millisecond
 
 // A plan read in slices should be published within half a window (its
