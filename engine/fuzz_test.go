@@ -96,7 +96,7 @@ func FuzzCodecs(f *testing.F) {
 		}
 		// A lookup never finds what is not there, nor accepts a value the
 		// whole decode refuses for its header.
-		if _, _, err := bucketHeader(raw); err == nil {
+		if _, _, _, err := bucketHeader(raw); err == nil {
 			if _, found, _, _ := lookupBucket(raw, 0); found {
 				t.Fatalf("lookup found hash 0, which no entry may have")
 			}

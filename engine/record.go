@@ -21,7 +21,7 @@ import (
 // values as unreadable ones and resets them, which would refuse most
 // requests until the old one is gone. Each counts its own capacity then,
 // as a limit given a new name does. Change it with any record's encoding.
-const recordFormat = "r11"
+const recordFormat = "r12"
 
 // recordKey is the store key of record name (p, w, pace, f, c/<B>/<i>,
 // ids/<B>/<i>) under cfg.

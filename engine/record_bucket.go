@@ -13,13 +13,29 @@ import (
 	"strconv"
 )
 
-// bucketVersion and the sizes of the bucket encoding.
+// bucketVersion and the sizes of the bucket encoding: a head (version,
+// the counts of long and short entries, flags), the long entries, then the
+// short ones.
 const (
-	bucketVersion = 4
-	bucketHead    = 1 + 1 + 1
-	entryLen      = 8 * 13
-	bucketSlots   = 48 // entries per bucket key
+	bucketVersion = 5
+	bucketHead    = 1 + 1 + 1 + 1
+	entryLen      = 8 * 13 // a long entry: every field
+	shortLen      = 8 * 5  // a short entry: hash, created, since, window, prev
+	bucketSlots   = 48     // entries per bucket key
 )
+
+// isShort reports whether e is written short: it holds no more than an
+// unproven newcomer's fields (tries 1, nothing granted, demanded or
+// shared, active in its window). A flood of one-shot ids fills buckets
+// with such entries, up to twice maxWaitingPerBucket of them (see
+// keepUnproven), and every request that reads or writes one of those
+// buckets, and every plan's scan, copies, checks and decodes them: short,
+// they weigh 40 bytes instead of 104. The form follows from the fields
+// alone, so a bucket has one encoding.
+func isShort(e *entry) bool {
+	return e.tries == 1 && e.active == e.window && e.plan == 0 && e.share == 0 && e.granted == 0 &&
+		e.demand == 0 && e.lastDemand == 0 && e.lastGranted == 0
+}
 
 // entry is one client's record in its view bucket. The counters
 // (granted, demand) belong to window; share is the client's window
@@ -58,14 +74,26 @@ type bucketVal struct {
 }
 
 func appendBucket(dst []byte, b *bucketVal) []byte {
-	dst = append(dst[:0], bucketVersion, byte(len(b.entries)))
+	short := 0
+	for i := range b.entries {
+		if isShort(&b.entries[i]) {
+			short++
+		}
+	}
 	var flags byte
 	if b.overflow {
 		flags = 1
 	}
-	dst = append(dst, flags)
+	dst = append(dst[:0], bucketVersion, byte(len(b.entries)-short), byte(short), flags)
 	for i := range b.entries {
-		dst = appendEntry(dst, &b.entries[i])
+		if !isShort(&b.entries[i]) {
+			dst = appendEntry(dst, &b.entries[i])
+		}
+	}
+	for i := range b.entries {
+		if isShort(&b.entries[i]) {
+			dst = appendShort(dst, &b.entries[i])
+		}
 	}
 	return seal(dst)
 }
@@ -88,26 +116,44 @@ func appendEntry(dst []byte, e *entry) []byte {
 	return le.AppendUint64(dst, uint64(e.lastGranted))
 }
 
-// decodeBucket fills b from raw, reusing b's slice.
+// appendShort appends the shortLen bytes of e, for which isShort holds, to
+// dst.
+func appendShort(dst []byte, e *entry) []byte {
+	le := binary.LittleEndian
+	dst = le.AppendUint64(dst, e.hash)
+	dst = le.AppendUint64(dst, e.created)
+	dst = le.AppendUint64(dst, uint64(e.since))
+	dst = le.AppendUint64(dst, uint64(e.window))
+	return le.AppendUint64(dst, math.Float64bits(e.prev))
+}
+
+// decodeBucket fills b from raw, reusing b's slice: the long entries, then
+// the short ones.
 func decodeBucket(raw []byte, b *bucketVal) error {
-	n, overflow, err := bucketHeader(raw)
+	long, short, overflow, err := bucketHeader(raw)
 	if err != nil {
 		return err
 	}
+	n := long + short
 	b.overflow = overflow
 	b.entries = slices.Grow(b.entries[:0], n)[:n]
 	var hashes [bucketSlots]uint64
 	p := raw[bucketHead:]
 	for i := range b.entries {
 		// (Decoded in place: a plan's scan decodes every entry.)
-		if err := decodeEntry(p, &b.entries[i]); err != nil {
+		size := entryLen
+		if i >= long {
+			size = shortLen
+		}
+		if err := decodeEntryAt(p, i >= long, &b.entries[i]); err != nil {
 			b.entries = b.entries[:0]
 			return err
 		}
 		hashes[i] = b.entries[i].hash
-		p = p[entryLen:]
+		p = p[size:]
 	}
 	if hasDuplicate(hashes[:n]) {
+		b.entries = b.entries[:0]
 		return fmt.Errorf("%w: duplicate entry", errCorrupt)
 	}
 	return nil
@@ -137,20 +183,20 @@ func hasDuplicate(hashes []uint64) bool {
 	return false
 }
 
-// bucketHeader checks raw's version and length and returns its entry count
-// and overflow flag.
-func bucketHeader(raw []byte) (n int, overflow bool, err error) {
+// bucketHeader checks raw's version, length and checksum and returns its
+// counts of long and short entries and its overflow flag.
+func bucketHeader(raw []byte) (long, short int, overflow bool, err error) {
 	if len(raw) < bucketHead || raw[0] != bucketVersion {
-		return 0, false, fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
+		return 0, 0, false, fmt.Errorf("%w: bucket of %d bytes", errCorrupt, len(raw))
 	}
-	n = int(raw[1])
-	if n > bucketSlots || len(raw) != bucketHead+n*entryLen+sealLen || raw[2]&^1 != 0 {
-		return 0, false, fmt.Errorf("%w: bucket of %d entries in %d bytes", errCorrupt, n, len(raw))
+	long, short = int(raw[1]), int(raw[2])
+	if long+short > bucketSlots || len(raw) != bucketHead+long*entryLen+short*shortLen+sealLen || raw[3]&^1 != 0 {
+		return 0, 0, false, fmt.Errorf("%w: bucket of %d+%d entries in %d bytes", errCorrupt, long, short, len(raw))
 	}
 	if _, err := unseal(raw); err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
-	return n, raw[2]&1 != 0, nil
+	return long, short, raw[3]&1 != 0, nil
 }
 
 // lookupBucket finds the entry of hash h in raw without decoding the
@@ -159,34 +205,67 @@ func bucketHeader(raw []byte) (n int, overflow bool, err error) {
 // decode, and so check, all of them: decodeBucket); the whole value's
 // checksum is.
 func lookupBucket(raw []byte, h uint64) (e entry, found, overflow bool, err error) {
-	at, overflow, err := findEntry(raw, h)
+	at, short, overflow, err := findEntry(raw, h)
 	if err != nil || at < 0 {
 		return entry{}, false, overflow, err
 	}
-	err = decodeEntry(raw[at:], &e)
+	err = decodeEntryAt(raw[at:], short, &e)
 	return e, err == nil, overflow, err
 }
 
 // findEntry checks raw's header and checksum and returns the offset of
-// the entry of hash h in it, or -1.
-func findEntry(raw []byte, h uint64) (at int, overflow bool, err error) {
-	n, overflow, err := bucketHeader(raw)
+// the entry of hash h in it, or -1, and whether that entry is short.
+func findEntry(raw []byte, h uint64) (at int, short, overflow bool, err error) {
+	long, shorts, overflow, err := bucketHeader(raw)
 	if err != nil {
-		return -1, false, err
+		return -1, false, false, err
 	}
-	for i := 0; i < n; i++ {
-		if at := bucketHead + i*entryLen; binary.LittleEndian.Uint64(raw[at:]) == h {
-			return at, overflow, nil
+	le := binary.LittleEndian
+	for i := 0; i < long; i++ {
+		if at := bucketHead + i*entryLen; le.Uint64(raw[at:]) == h {
+			return at, false, overflow, nil
 		}
 	}
-	return -1, overflow, nil
+	for i, from := 0, bucketHead+long*entryLen; i < shorts; i++ {
+		if at := from + i*shortLen; le.Uint64(raw[at:]) == h {
+			return at, true, overflow, nil
+		}
+	}
+	return -1, false, overflow, nil
 }
 
-// decodeEntry decodes the entry at the start of p into e and checks that
-// its fields are possible.
+// decodeEntryAt decodes the entry at the start of p, short or long, into
+// e and checks that its fields are possible, and that a long one could
+// not have been short (a bucket has one encoding).
+func decodeEntryAt(p []byte, short bool, e *entry) error {
+	if !short {
+		if err := decodeEntry(p, e); err != nil {
+			return err
+		}
+		if isShort(e) {
+			*e = entry{}
+			return fmt.Errorf("%w: a short entry written long", errCorrupt)
+		}
+		return nil
+	}
+	le := binary.LittleEndian
+	window := int64(le.Uint64(p[24:]))
+	return checkEntry(e, entry{
+		hash:    le.Uint64(p),
+		created: le.Uint64(p[8:]),
+		since:   int64(le.Uint64(p[16:])),
+		window:  window,
+		prev:    math.Float64frombits(le.Uint64(p[32:])),
+		active:  window,
+		tries:   1,
+	})
+}
+
+// decodeEntry decodes the long entry at the start of p into e and checks
+// that its fields are possible.
 func decodeEntry(p []byte, e *entry) error {
 	le := binary.LittleEndian
-	*e = entry{
+	return checkEntry(e, entry{
 		hash:    le.Uint64(p),
 		created: le.Uint64(p[8:]),
 		since:   int64(le.Uint64(p[16:])),
@@ -201,7 +280,13 @@ func decodeEntry(p []byte, e *entry) error {
 
 		lastDemand:  int64(le.Uint64(p[88:])),
 		lastGranted: int64(le.Uint64(p[96:])),
-	}
+	})
+}
+
+// checkEntry sets e to d when d's fields are possible, and to the zero
+// entry with errCorrupt when they are not.
+func checkEntry(e *entry, d entry) error {
+	*e = d
 	if e.hash == 0 || e.created >= maxPlanID || e.plan >= maxPlanID ||
 		e.share < 0 || e.share > MaxCapacity || e.granted < 0 || e.granted > e.share ||
 		e.demand < 0 || !(e.prev >= 0 && e.prev <= 4*MaxCapacity) ||
@@ -244,6 +329,8 @@ func (r *view) updateBucket(b int, read *bucketRead, change func(bkt *bucketVal,
 // a tenth of a request's time at 100,000 clients in Wasm. The checksum
 // still covers the whole bucket; the other entries' fields are checked
 // by the next decode of the whole bucket (a plan's scan, a placement).
+// An entry that changes form (a newcomer's first lease makes it long) has
+// no place of its size: the bucket is then decoded and encoded whole.
 // found is false, and change not called, when the bucket or the entry is
 // missing.
 func (r *view) updateEntry(b int, h uint64, change func(e *entry) (write bool, err error)) (found bool, err error) {
@@ -254,9 +341,9 @@ func (r *view) updateEntry(b int, h uint64, change func(e *entry) (write bool, e
 			return nil, nil
 		}
 		var e entry
-		at, _, err := findEntry(st.raw, h)
+		at, short, _, err := findEntry(st.raw, h)
 		if err == nil && at >= 0 {
-			err = decodeEntry(st.raw[at:], &e)
+			err = decodeEntryAt(st.raw[at:], short, &e)
 		}
 		if err != nil {
 			r.obs.ValueReset(key, err)
@@ -270,13 +357,37 @@ func (r *view) updateEntry(b int, h uint64, change func(e *entry) (write bool, e
 		if err != nil || !write {
 			return nil, err
 		}
+		if isShort(&e) != short {
+			return r.rewriteEntry(key, st.raw, e)
+		}
 		n := len(st.raw) - sealLen
 		r.buf = append(r.buf[:0], st.raw[:n]...)
-		appendEntry(r.buf[at:at], &e) // (in place: r.buf holds the entry's bytes)
+		// (In place: r.buf holds the entry's bytes.)
+		if short {
+			appendShort(r.buf[at:at], &e)
+		} else {
+			appendEntry(r.buf[at:at], &e)
+		}
 		r.buf = seal(r.buf)
 		return r.buf, nil
 	})
 	return found, err
+}
+
+// rewriteEntry encodes bucket raw whole, with e in place of the entry of
+// its hash.
+func (r *view) rewriteEntry(key string, raw []byte, e entry) ([]byte, error) {
+	if err := decodeBucket(raw, &r.bkt); err != nil {
+		r.obs.ValueReset(key, err)
+		return nil, err
+	}
+	for i := range r.bkt.entries {
+		if r.bkt.entries[i].hash == e.hash {
+			r.bkt.entries[i] = e
+		}
+	}
+	r.buf = appendBucket(r.buf, &r.bkt)
+	return r.buf, nil
 }
 
 // resetBucket replaces unreadable bucket b, read with CAS cas, by an empty

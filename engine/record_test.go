@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -128,12 +129,13 @@ func FuzzTransaction(f *testing.F) {
 // they encode alike: a change here without a new recordFormat would have
 // an upgraded module read the draining one's values as unreadable.
 func TestEncodingIsPinned(t *testing.T) {
-	const want = "3a42d85d9265074b"
+	const want = "55ebc9d0e7a2ae49"
 	p := plan{id: 7, roll: 6, window: 1_700_000_000, at: 1_700_000_000_123, capacity: 40, n: 3, pending: 1, buckets: 4,
 		cycle: int64(time.Second), shift: 2, born: 9, newCycle: int64(time.Second), newBuckets: 4}
 	p.params[0], p.thrFrac, p.thrHash, p.promoted, p.spread = 13.5, 0.25, 99, 42, 1.5
 	p.provisional, p.carried, p.print = true, true, 0x5eed
-	bkt := bucketVal{overflow: true, entries: []entry{{hash: 5, created: 6, since: 7, window: 8, plan: 6, share: 10, granted: 4, demand: 3, prev: 2.5, active: 8, tries: 2, lastDemand: 11, lastGranted: 9}}}
+	bkt := bucketVal{overflow: true, entries: []entry{{hash: 5, created: 6, since: 7, window: 8, plan: 6, share: 10, granted: 4, demand: 3, prev: 2.5, active: 8, tries: 2, lastDemand: 11, lastGranted: 9},
+		{hash: 12, created: 6, since: 7, window: 8, prev: 1, active: 8, tries: 1}}} // (the second is short)
 	fs := newFleetState()
 	fs.nextID, fs.syncer = 3, 2
 	fs.claim(8).leased = 11
@@ -220,5 +222,59 @@ func TestUpdateEntryWritesTheBucketAFullRewriteWould(t *testing.T) {
 	}
 	if raw, _, _ := store.Get(key); string(raw) != string(before) {
 		t.Fatal("a bucket with an impossible entry was written")
+	}
+}
+
+// A newcomer's entry is written short and any other long; a bucket
+// decodes to what was encoded (long entries first), a short entry written
+// long is unreadable, and updateEntry moves an entry between the forms.
+func TestNewcomersAreWrittenShort(t *testing.T) {
+	newcomer := entry{hash: 21, created: 3, since: 40, window: 5, prev: 2, active: 5, tries: 1}
+	counted := entry{hash: 22, created: 1, since: 10, window: 5, plan: 3, share: 10, granted: 4, demand: 6, prev: 1.5, active: 5, tries: 2}
+	for _, e := range []entry{counted, {hash: 23, window: 5, active: 5}, {hash: 24, window: 5, active: 4, tries: 1}, {hash: 25, window: 5, active: 5, tries: 1, demand: 1}} {
+		if isShort(&e) {
+			t.Errorf("%+v is short", e)
+		}
+	}
+	bkt := bucketVal{overflow: true, entries: []entry{newcomer, counted}}
+	raw := appendBucket(nil, &bkt)
+	if want := bucketHead + entryLen + shortLen + sealLen; len(raw) != want {
+		t.Fatalf("a bucket of one long and one short entry in %d bytes, want %d", len(raw), want)
+	}
+	var got bucketVal
+	if err := decodeBucket(raw, &got); err != nil || !got.overflow || len(got.entries) != 2 || got.entries[0] != counted || got.entries[1] != newcomer {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	bkt.entries = slices.Clone(got.entries) // (in the order decoded, for the rewrites below)
+	for _, e := range bkt.entries {
+		if found, ok, _, err := lookupBucket(raw, e.hash); err != nil || !ok || found != e {
+			t.Fatalf("lookup of %d: %+v %v %v", e.hash, found, ok, err)
+		}
+	}
+
+	// The same newcomer in the long form: unreadable.
+	long := append([]byte{bucketVersion, 1, 0, 0}, appendEntry(nil, &newcomer)...)
+	if err := decodeBucket(seal(long), &got); !errors.Is(err, errCorrupt) {
+		t.Fatalf("a short entry written long: %v, want errCorrupt", err)
+	}
+
+	// A lease makes it long, and a rewrite back to a newcomer's fields short.
+	store := NewMemStore()
+	r := newLimiter(t, testConfig(), store).view
+	key := r.key(0)
+	if err := store.Set(key, raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, change := range []func(e *entry){
+		func(e *entry) { e.plan, e.share, e.granted = 4, 8, 2 },
+		func(e *entry) { e.plan, e.share, e.granted = 0, 0, 0 },
+	} {
+		if found, err := r.updateEntry(0, newcomer.hash, func(e *entry) (bool, error) { change(e); return true, nil }); err != nil || !found {
+			t.Fatalf("updateEntry: %v %v", found, err)
+		}
+		change(&bkt.entries[1])
+		if raw, _, _ := store.Get(key); string(raw) != string(appendBucket(nil, &bkt)) {
+			t.Fatalf("updateEntry wrote another bucket than a full rewrite (%+v)", bkt.entries[1])
+		}
 	}
 }

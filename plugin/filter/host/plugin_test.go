@@ -433,7 +433,7 @@ func TestCorruptSharedStateIsReset(t *testing.T) {
 		h := startHost(t, runner, `{"capacity": 10, "cycle": "10s", "name": "corrupt"}`)
 		h.from("a")
 		// The test host's shared data is the plugin's, in both runners.
-		corruptSharedData(t, "borrowcycle/corrupt/r11/p") // (engine: recordKey)
+		corruptSharedData(t, "borrowcycle/corrupt/r12/p") // (engine: recordKey)
 		h.advance(10 * time.Second)
 		if r := h.from("a"); !r.admitted() {
 			t.Fatalf("request after corruption rejected: %+v", r.headers)
