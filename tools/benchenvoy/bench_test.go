@@ -276,6 +276,25 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
+func TestParseSteal(t *testing.T) {
+	stat := "cpu  900 0 300 5000 10 0 20 77 0 0\n" +
+		"cpu0 400 0 100 2500 5 0 10 31 0 0\n" +
+		"cpu1 500 0 200 2500 5 0 10 46 0 0\n" +
+		"cpu10 1 2 3 4 5 6 7\n" +
+		"intr 12345\n"
+	for cpu, want := range map[int]uint64{0: 31, 1: 46} {
+		if got, err := parseSteal(stat, cpu); err != nil || got != want {
+			t.Errorf("parseSteal(cpu%d) = %d, %v; want %d", cpu, got, err, want)
+		}
+	}
+	if _, err := parseSteal(stat, 10); err == nil {
+		t.Error("a cpu line without a steal field should fail")
+	}
+	if _, err := parseSteal(stat, 2); err == nil {
+		t.Error("a cpu missing from /proc/stat should fail")
+	}
+}
+
 func TestParseCPUList(t *testing.T) {
 	for in, want := range map[string][]int{"0-1": {0, 1}, "3": {3}, "0-2,5,7-8": {0, 1, 2, 5, 7, 8}} {
 		got, err := parseCPUList(in)

@@ -24,6 +24,9 @@
 // be measured with one client. wrk is also a small C event loop, so one
 // thread on one core drives a single Envoy worker to saturation, which the
 // "Envoy CPU" column shows (near 100% means Envoy, not wrk, was the limit).
+// On a virtual machine the "steal" column is the share of the interval in
+// which the hypervisor ran another tenant on Envoy's CPU: a few percent of
+// it moves req/s and the tail latencies more than most filter changes do.
 //
 // Usage (make bench-envoy builds the modules and installs Envoy and wrk):
 //

@@ -150,6 +150,7 @@ type sample struct {
 	cpuPerReq time.Duration // Envoy CPU time / requests Envoy answered
 	cpuShare  float64       // Envoy CPU time / wall time of the interval
 	wrkShare  float64       // wrk's CPU time / its wall time
+	steal     float64       // steal time of Envoy's CPU / wall time of the interval
 	p50, p99  time.Duration
 	p999      time.Duration
 	statuses  statusCounts
@@ -270,7 +271,7 @@ func Run(o Options) (_ *Results, err error) {
 			i := (k + r) % len(insts) // rotate who goes first
 			in := insts[i]
 			fmt.Fprintf(o.Progress, "benchenvoy: round %d/%d: %s (%ds)\n", r+1, o.Rounds, in.name, secs)
-			s, err := measure(client, in, load(in, secs), o.clientIDs())
+			s, err := measure(client, in, load(in, secs), o.clientIDs(), pl.envoyCPU)
 			if err != nil {
 				return nil, fmt.Errorf("round %d: %s: %w", r+1, in.name, err)
 			}
@@ -558,7 +559,7 @@ func ask(client *http.Client, in *instance, id string) (int, http.Header, error)
 // measure runs one measured interval. Everything that costs Envoy CPU but
 // is not the load (probes, admin reads) happens outside the window between
 // the two CPU readings.
-func measure(client *http.Client, in *instance, load wrkRun, ids []string) (sample, error) {
+func measure(client *http.Client, in *instance, load wrkRun, ids []string, envoyCPU int) (sample, error) {
 	if err := settle(client, in, ids); err != nil {
 		return sample{}, err
 	}
@@ -567,6 +568,10 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 		return sample{}, err
 	}
 	cpu0, err := cpuTicks(in.pid)
+	if err != nil {
+		return sample{}, err
+	}
+	steal0, err := cpuSteal(envoyCPU)
 	if err != nil {
 		return sample{}, err
 	}
@@ -588,6 +593,10 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 	if err != nil {
 		return sample{}, err
 	}
+	steal1, err := cpuSteal(envoyCPU)
+	if err != nil {
+		return sample{}, err
+	}
 	after, err := ingressStatuses(client, in.envoy.AdminURL)
 	if err != nil {
 		return sample{}, err
@@ -605,11 +614,13 @@ func measure(client *http.Client, in *instance, load wrkRun, ids []string) (samp
 		return sample{}, fmt.Errorf("after the load: %w", err)
 	}
 	cpu := time.Duration(float64(cpu1-cpu0) / clockTicks() * float64(time.Second))
+	steal := time.Duration(float64(steal1-steal0) / clockTicks() * float64(time.Second))
 	return sample{
 		qps:        float64(w.requests) / w.duration.Seconds(),
 		cpuPerReq:  cpu / time.Duration(st.answered()),
 		cpuShare:   cpu.Seconds() / wall.Seconds(),
 		wrkShare:   w.cpu.Seconds() / w.wall.Seconds(),
+		steal:      steal.Seconds() / wall.Seconds(),
 		p50:        w.p50,
 		p99:        w.p99,
 		p999:       w.p999,

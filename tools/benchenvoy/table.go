@@ -31,6 +31,7 @@ type Row struct {
 	QPSvsBase, P999vsBase float64
 	EnvoyCPUShare         float64 // fraction of one CPU Envoy used while loaded
 	WrkCPUShare           float64 // fraction of one CPU wrk used
+	Steal                 float64 // fraction of the interval the hypervisor took Envoy's CPU (steal time)
 	Responses             uint64  // summed over rounds
 	Status                int     // the status every response had (0 for a mixed variant)
 	Classes               string  // the status classes allowed, e.g. "2xx" or "2xx+4xx"
@@ -85,6 +86,7 @@ func (r *Results) Rows() []Row {
 			P999vsBase:    math.NaN(),
 			EnvoyCPUShare: of(func(s sample) float64 { return s.cpuShare }),
 			WrkCPUShare:   of(func(s sample) float64 { return s.wrkShare }),
+			Steal:         of(func(s sample) float64 { return s.steal }),
 			Responses:     responses,
 			Status:        v.expect.status,
 			Classes:       v.expect.classes(),
@@ -138,15 +140,15 @@ func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "rounds:  %d interleaved × %s per variant, after %s warm-up each; figures are medians over rounds\n\n", o.Rounds, o.Duration, o.Warmup)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\t×borrowcycle\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99.9 µs\tp99 ×noop\tEnvoy CPU\twrk CPU\tresponses\t")
+	fmt.Fprintln(tw, "variant\treq/s\t×noop\t×local_rl\t×borrowcycle\tCPU µs/req\tΔµs vs noop\tp50 µs\tp99 µs\tp99.9 µs\tp99 ×noop\tEnvoy CPU\tsteal\twrk CPU\tresponses\t")
 	rows := r.Rows()
-	lowest := 1.0
+	lowest, stolen := 1.0, 0.0
 	for _, row := range rows {
-		lowest = min(lowest, row.EnvoyCPUShare)
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%s\t%.2f\t%.0f%%\t%.0f%%\t%d × %s\t\n",
+		lowest, stolen = min(lowest, row.EnvoyCPUShare), max(stolen, row.Steal)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%.3f\t%s\t%+.2f\t%s\t%s\t%s\t%.2f\t%.0f%%\t%.1f%%\t%.0f%%\t%d × %s\t\n",
 			row.Name, row.QPS, row.QPSvsNoop, row.QPSvsLocalRL, row.QPSvsDefaults, micros(row.CPUPerReq, 2),
 			float64(row.CPUOverNoop)/float64(time.Microsecond), micros(row.P50, 0), micros(row.P99, 0), micros(row.P999, 0),
-			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.WrkCPUShare, row.Responses, row.Classes)
+			row.P99vsNoop, 100*row.EnvoyCPUShare, 100*row.Steal, 100*row.WrkCPUShare, row.Responses, row.Classes)
 	}
 	tw.Flush()
 	r.writeScale(w, rows)
@@ -157,6 +159,8 @@ func (r *Results) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "Envoy CPU, wrk CPU: share of one CPU each used while loaded. Envoy well below 100% means something else was")
 	fmt.Fprintln(w, "  the limit (wrk, if it is near 100%; else a busy machine), and then CPU µs/req is inflated too: an Envoy")
 	fmt.Fprintln(w, "  that is not saturated handles fewer requests per wake-up.")
+	fmt.Fprintln(w, "steal: share of the interval in which the hypervisor ran something else on Envoy's CPU (/proc/stat): lost to")
+	fmt.Fprintln(w, "  Envoy, and to its req/s, without showing in its CPU time.")
 	fmt.Fprintln(w, "responses: every response had that class, by Envoy's counters and by wrk's; anything else fails the run.")
 	for _, row := range rows {
 		if row.Status == 0 {
@@ -182,11 +186,19 @@ func (r *Results) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "\nWARNING: Envoy used as little as %.0f%% of its CPU in some variant: it was not saturated, so these figures\n"+
 			"describe this machine's load more than the filters. Rerun on a quiet machine.\n", 100*lowest)
 	}
+	if stolen > stealNoted {
+		fmt.Fprintf(w, "\nWARNING: the hypervisor took up to %.1f%% of Envoy's CPU in some variant (steal): req/s and latency\n"+
+			"describe the host's other tenants as much as the filters. Rerun on a dedicated machine.\n", 100*stolen)
+	}
 }
 
 // saturated is the Envoy CPU share below which the table warns that Envoy
 // was not the bottleneck.
 const saturated = 0.9
+
+// stealNoted is the steal share of Envoy's CPU above which the table warns
+// that the host's other tenants took part of it.
+const stealNoted = 0.02
 
 // writeScale prints the scale variants against the 50-client row of their
 // cycle, round by round (nothing without -scale).
