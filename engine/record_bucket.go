@@ -26,11 +26,8 @@ const (
 
 // isShort reports whether e is written short: it holds no more than an
 // unproven newcomer's fields (tries 1, nothing granted, demanded or
-// shared, active in its window). A flood of one-shot ids fills buckets
-// with such entries, up to twice maxWaitingPerBucket of them (see
-// keepUnproven), and every request that reads or writes one of those
-// buckets, and every plan's scan, copies, checks and decodes them: short,
-// they weigh 40 bytes instead of 104. The form follows from the fields
+// shared, active in its window), which a flood of one-shot ids fills
+// buckets with (design.md, "Keys"). The form follows from the fields
 // alone, so a bucket has one encoding.
 func isShort(e *entry) bool {
 	return e.tries == 1 && e.active == e.window && e.plan == 0 && e.share == 0 && e.granted == 0 &&
