@@ -37,11 +37,8 @@ type view struct {
 	planBad bool   // the value at planCAS is unreadable: only a roller may replace it
 
 	// The counted clients this worker has seen, of the view's window and
-	// the one before (client): those seen since the view's window opened,
-	// and those seen before it, moved over when found again. A new window
-	// drops a generation instead of walking every client.
-	clients map[uint64]*clientState
-	older   map[uint64]*clientState
+	// the one before (client).
+	clients clientTable
 	dirty   []*clientState      // clients with a lease or unwritten demand: the tick's work
 	waiting map[uint64]waitMark // newcomers told "pending" -> plan id then
 	refused map[uint64]refusal  // newcomers told "table_full" in the view's window
@@ -135,8 +132,7 @@ func newView(cfg *Config, store Store, obs Observer) *view {
 		nb:         nb,
 		own:        nb,
 		keys:       make([]string, nb),
-		clients:    make(map[uint64]*clientState),
-		older:      make(map[uint64]*clientState),
+		clients:    newClientTable(),
 		waiting:    make(map[uint64]waitMark),
 		refused:    make(map[uint64]refusal),
 		inPlaceMax: planInPlaceMax,
@@ -155,8 +151,7 @@ func (r *view) useTable(nb int) {
 	r.marks = nil
 	r.dropDeferred()
 	r.forgetRead()
-	clear(r.clients)
-	clear(r.older)
+	r.clients.clear()
 	for _, cs := range r.dirty {
 		cs.dirty = false
 	}
@@ -274,13 +269,8 @@ func (r *view) adopt(p plan, cas uint32) {
 		if p.window != r.plan.window {
 			clear(r.refused) // (a refusal proves a repeat within its window)
 			// The clients of the window before stay, when p's window
-			// follows it; the older ones go (the garbage collector's work,
-			// spread over the requests that allocate, not one callback's).
-			r.older = r.clients
-			if p.window != r.plan.window+1 {
-				r.older = make(map[uint64]*clientState)
-			}
-			r.clients = make(map[uint64]*clientState)
+			// follows it; the older ones go.
+			r.clients.newWindow(p.window == r.plan.window+1)
 		}
 	}
 	r.plan, r.planCAS, r.planBad = p, cas, false
@@ -986,16 +976,20 @@ type clientState struct {
 	unproven  bool   // its entry was a newcomer's seen once (tries 1) at the last sync
 	// deferred is the window in which its demand waits in the closing
 	// writes (see deferredDemand); next is the client after it in its
-	// bucket's list there.
+	// bucket's list there (listLink).
 	deferred int64
-	next     *clientState
+	next     int32
+	// Where the view's clientTable keeps it. (No field may be a pointer:
+	// see clientTable.)
+	slot int32
+	gen  uint32
 }
 
 // reset starts the client's state afresh for window k: leases and counts of
 // another window are over.
 func (cs *clientState) reset(k int64) {
 	cs.window, cs.lease, cs.unflushed, cs.flushed = k, 0, 0, 0
-	cs.deferred, cs.next = 0, nil
+	cs.deferred, cs.next = 0, 0
 	cs.used, cs.exhausted, cs.unusable, cs.accrues, cs.booked, cs.turnAt = false, false, 0, 0, false, 0
 }
 
@@ -1319,17 +1313,29 @@ func (cs *clientState) flushDue() bool {
 // too late) is lost, as a heavy client's last 1/flushDivisor is: the
 // client lends a little more in the next plan, and keeps its reservation.
 type deferredDemand struct {
-	window   int64          // the window the lists hold demand of
-	heads    []*clientState // by bucket: the first of its clients with demand waiting, or bucketWritten
-	buckets  []int32        // the buckets with demand waiting, in the order they came
-	done     int            // buckets[:done] are written
-	writing  bool           // the window's last quarter has begun and buckets are left
-	finished bool           // the closing writes wrote every bucket listed
+	window   int64   // the window the lists hold demand of
+	heads    []int32 // by bucket: the first of its clients with demand waiting (listLink), or bucketWritten
+	buckets  []int32 // the buckets with demand waiting, in the order they came
+	done     int     // buckets[:done] are written
+	writing  bool    // the window's last quarter has begun and buckets are left
+	finished bool    // the closing writes wrote every bucket listed
 }
 
 // bucketWritten marks, in deferredDemand.heads, a bucket the closing writes
 // have written.
-var bucketWritten = &clientState{}
+const bucketWritten = -1
+
+// listLink is how the closing writes' lists name a client: its slot + 1,
+// so that 0 ends a list.
+func listLink(cs *clientState) int32 { return cs.slot + 1 }
+
+// listed is the client a list link names (0: none).
+func (r *view) listed(link int32) *clientState {
+	if link <= 0 {
+		return nil
+	}
+	return r.clients.at(link - 1)
+}
 
 // closingDivisor: demand waits until the last 1/closingDivisor of a window.
 const closingDivisor = 4
@@ -1353,7 +1359,7 @@ func (r *view) deferDemand(cs *clientState, t int64) bool {
 		d.window = r.plan.window
 	}
 	if d.heads == nil {
-		d.heads = make([]*clientState, r.nb)
+		d.heads = make([]int32, r.nb)
 	}
 	// A one-shot id proves itself by the demand it writes (askedAgain),
 	// which re-plans within the window read: it is written at once. So is
@@ -1365,10 +1371,10 @@ func (r *view) deferDemand(cs *clientState, t int64) bool {
 	if cs.deferred == d.window {
 		return true
 	}
-	if d.heads[cs.bucket] == nil {
+	if d.heads[cs.bucket] == 0 {
 		d.buckets = append(d.buckets, int32(cs.bucket))
 	}
-	cs.deferred, cs.next, d.heads[cs.bucket] = d.window, d.heads[cs.bucket], cs
+	cs.deferred, cs.next, d.heads[cs.bucket] = d.window, d.heads[cs.bucket], listLink(cs)
 	return true
 }
 
@@ -1378,7 +1384,7 @@ func (r *view) dropDeferred() {
 	d := &r.deferred
 	for _, b := range d.buckets {
 		if int(b) < len(d.heads) {
-			d.heads[b] = nil
+			d.heads[b] = 0
 		}
 	}
 	if len(d.heads) != r.nb {
@@ -1421,7 +1427,7 @@ func (r *view) writeNextDeferred() {
 	d := &r.deferred
 	b := int(d.buckets[d.done])
 	d.done++
-	head := d.heads[b]
+	head := r.listed(d.heads[b])
 	d.heads[b] = bucketWritten
 	r.writeBucketDemand(b, head)
 }
@@ -1464,8 +1470,8 @@ func (r *view) writeBucketDemand(b int, head *clientState) {
 	// Out of the list first: a write may start a client afresh (reset).
 	group := r.group[:0]
 	for cs := head; cs != nil; {
-		next := cs.next
-		cs.deferred, cs.next = 0, nil
+		next := r.listed(cs.next)
+		cs.deferred, cs.next = 0, 0
 		if cs.unflushed > 0 && r.client(cs.hash) == cs && cs.bucket == b {
 			group = append(group, cs)
 		}
@@ -1669,30 +1675,28 @@ func (r *view) wait(h uint64, proven bool) {
 // none: one of the view's window or the window before (an older one is
 // dropped when found).
 func (r *view) client(h uint64) *clientState {
-	if cs := r.clients[h]; cs != nil {
+	cs, older := r.clients.find(h)
+	if !older {
 		return cs
 	}
-	cs := r.older[h]
-	if cs == nil {
-		return nil
-	}
-	delete(r.older, h)
 	if cs.window < r.plan.window-1 || cs.window > r.plan.window {
+		r.clients.forget(h)
 		return nil
 	}
-	r.clients[h] = cs
+	r.clients.renew(cs)
 	return cs
 }
 
 // drop forgets the state held for the client of hash h.
-func (r *view) drop(h uint64) {
-	delete(r.clients, h)
-	delete(r.older, h)
-}
+func (r *view) drop(h uint64) { r.clients.forget(h) }
 
 func (r *view) track(h uint64, b int, created uint64) *clientState {
-	cs := &clientState{hash: h, bucket: b, window: r.plan.window, created: created}
-	r.clients[h] = cs
+	listed := int64(0) // (the closing writes' lists still to be walked)
+	if r.deferred.window == r.plan.window {
+		listed = r.deferred.window
+	}
+	cs := r.clients.put(h, listed)
+	cs.bucket, cs.window, cs.created = b, r.plan.window, created
 	return cs
 }
 
