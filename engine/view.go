@@ -698,10 +698,11 @@ const sliceWork = 128
 // judging) count as much work as reading one entry.
 const mathPerEntry = 8
 
-// mathPerClient is about how many arithmetic steps a plan takes per client
-// counted, its judgment's included: 9 and 4 for the seed policy, 6 and 4
-// for the others, at 100,000 clients.
-const mathPerClient = 16
+// mathPerClient is a little more than the arithmetic steps a plan takes
+// per client counted, its judgment's included: about 17 under the seed
+// policy at 100,000 clients. Too few, and the slices leave arithmetic to
+// the one at the deadline, which does all that is left at once.
+const mathPerClient = 20
 
 // PlanTick is how often a host should tick a limiter that reads a plan a
 // slice at a time (Limiter.PlanAt). The slices before the deadline share
