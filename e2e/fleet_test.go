@@ -21,8 +21,8 @@ import (
 )
 
 // Fleet mode against real Envoys (--concurrency 2) and a real 2-peer
-// Gubernator cluster (docs/contract.md, "Fleet mode"). Each test logs the
-// figures the issue asks for; docs/design.md explains the bounds checked.
+// Gubernator cluster (docs/contract.md, "Fleet mode"). Each test logs its
+// figures; docs/design.md explains the bounds checked.
 
 const (
 	fleetCycle    = 2 * time.Second
