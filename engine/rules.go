@@ -1176,8 +1176,9 @@ func sizeOrder(o []int, n int) []int {
 
 // orderSome puts clients *filled, … into order (order[i] = i), at most
 // budget of them, and returns the budget left. The searches build their
-// order a step at a time, as they read it: built whole in their start, at
-// 100,000 clients, it was a slice's work several times over in Wasm.
+// order a step at a time, as they read it: built whole in their start, it
+// was 100,000 writes in one step at 100,000 clients, where a slice's
+// budget is about a thousand.
 func orderSome(order []int, filled *int, budget int) int {
 	end := *filled + min(max(budget, 0), len(order)-*filled)
 	for i := *filled; i < end; i++ {

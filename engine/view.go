@@ -1330,8 +1330,8 @@ const bucketWritten = -1
 // so that 0 ends a list.
 func listLink(cs *clientState) int32 { return cs.slot + 1 }
 
-// listed is the client a list link names (0: none).
-func (r *view) listed(link int32) *clientState {
+// linked is the client a list link names (0: none).
+func (r *view) linked(link int32) *clientState {
 	if link <= 0 {
 		return nil
 	}
@@ -1428,7 +1428,7 @@ func (r *view) writeNextDeferred() {
 	d := &r.deferred
 	b := int(d.buckets[d.done])
 	d.done++
-	head := r.listed(d.heads[b])
+	head := r.linked(d.heads[b])
 	d.heads[b] = bucketWritten
 	r.writeBucketDemand(b, head)
 }
@@ -1471,7 +1471,7 @@ func (r *view) writeBucketDemand(b int, head *clientState) {
 	// Out of the list first: a write may start a client afresh (reset).
 	group := r.group[:0]
 	for cs := head; cs != nil; {
-		next := r.listed(cs.next)
+		next := r.linked(cs.next)
 		cs.deferred, cs.next = 0, 0
 		if cs.unflushed > 0 && r.client(cs.hash) == cs && cs.bucket == b {
 			group = append(group, cs)
