@@ -37,8 +37,8 @@ func TestRoomyClientsCostFewerStoreOps(t *testing.T) {
 			t.Logf("W=%d: %.2f store operations per request", w, perRequest)
 			// A chunk is three operations for the window on each worker (a
 			// bucket's get and set, and a plan read), and the budget's get
-			// and set once per eight chunks (the pool); the later requests
-			// there write nothing until the window's last quarter: 1.1 a
+			// and set once per 32 chunks (the pool); the later requests
+			// there write nothing until the window's last eighth: 1.1 a
 			// request on one worker, 2.2 on two, and the closing writes
 			// (two for each of 64 buckets), the late requests written at
 			// once, the ticks and the plans. (Each request writing its

@@ -37,7 +37,7 @@ func entryOf(t *testing.T, l *Limiter, id string) entry {
 }
 
 // A roomy client's requests after its lease make no store operation
-// before the window's last quarter; the host is asked for fast ticks there
+// before the window's last eighth; the host is asked for fast ticks there
 // (Planning), and each of them writes a bounded number of buckets, the
 // last one before the window ends. Every request is then in its entry.
 func TestClosingWritesAreBoundedAndComplete(t *testing.T) {
@@ -61,7 +61,7 @@ func TestClosingWritesAreBoundedAndComplete(t *testing.T) {
 	for _, l := range workers {
 		l.TickAt(closing)
 		if !l.Planning() {
-			t.Fatal("no fast ticks asked for in the window's last quarter with demand to write")
+			t.Fatal("no fast ticks asked for in the window's last eighth with demand to write")
 		}
 	}
 	_, end := planWindow(&workers[0].view.plan, &workers[0].cfg)
@@ -89,7 +89,7 @@ func TestClosingWritesAreBoundedAndComplete(t *testing.T) {
 	}
 }
 
-// In the last quarter, a request whose bucket the closing writes have
+// In the last eighth, a request whose bucket the closing writes have
 // written writes its demand at once: nothing waits for a write that has
 // passed. One that comes before its bucket's write waits for it.
 func TestALateRequestIsWrittenOnce(t *testing.T) {
@@ -221,7 +221,7 @@ func TestAOneShotIDProvesItselfAtOnce(t *testing.T) {
 }
 
 // A bucket the closing writes have written is written at once from then,
-// even when the clock steps back out of the last quarter: a list nobody
+// even when the clock steps back out of the last eighth: a list nobody
 // reads again would lose the demand.
 func TestAStepBackAfterTheClosingWritesLosesNothing(t *testing.T) {
 	l, cfg, start := roomyAsked3(t)

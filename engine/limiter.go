@@ -205,7 +205,7 @@ func (l *Limiter) TickAt(now time.Time) {
 // host should call it every PlanTick. That is a slice of a plan over a
 // large table (a request never reads the table: over a large one, it
 // publishes a provisional plan, which the plan read in slices replaces),
-// and, in a window's last quarter, the demand its clients far below their
+// and, in a window's last eighth, the demand its clients far below their
 // share did not write on their requests. (TickAt does a part too, so a
 // host that only ticks completes both, later.)
 func (l *Limiter) PlanAt(now time.Time) bool {
@@ -221,7 +221,7 @@ func (l *Limiter) PlanAt(now time.Time) bool {
 }
 
 // Planning reports whether this worker has work for PlanAt: a plan it
-// reads a slice at a time, or demand it writes in the last quarter of a
+// reads a slice at a time, or demand it writes in the last eighth of a
 // window (deferredDemand), which the next plan reads.
 func (l *Limiter) Planning() bool { return l.view.sliced.roll != 0 || l.view.deferred.writing }
 

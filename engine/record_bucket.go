@@ -329,8 +329,9 @@ func (r *view) updateBucket(b int, read *bucketRead, change func(bkt *bucketVal,
 // An entry that changes form (a newcomer's first lease makes it long) has
 // no place of its size: the bucket is then decoded and encoded whole.
 // found is false, and change not called, when the bucket or the entry is
-// missing.
-func (r *view) updateEntry(b int, h uint64, change func(e *entry) (write bool, err error)) (found bool, err error) {
+// missing. others, if not nil, may change the bucket's other long entries
+// in the same write (see entryOthers).
+func (r *view) updateEntry(b int, h uint64, change func(e *entry) (write bool, err error), others entryOthers) (found bool, err error) {
 	key := r.key(b)
 	err = r.update(key, "bucket", nil, func(st stored) ([]byte, error) {
 		found = false
@@ -365,10 +366,41 @@ func (r *view) updateEntry(b int, h uint64, change func(e *entry) (write bool, e
 		} else {
 			appendEntry(r.buf[at:at], &e)
 		}
+		if others != nil {
+			changeOthers(r.buf, int(st.raw[1]), at, others)
+		}
 		r.buf = seal(r.buf)
 		return r.buf, nil
 	})
 	return found, err
+}
+
+// entryOthers changes, in the write of one entry, other entries of its
+// bucket: pick says from the hash alone whether to decode the entry, and
+// change changes the entry last picked and says whether to write it.
+// Only long entries are offered, and a change that would make one short
+// is not written: either would move the entries after it.
+type entryOthers interface {
+	pick(h uint64) bool
+	change(e *entry) bool
+}
+
+// changeOthers offers others the long entries of bucket raw (its header
+// checked, its long ones counted) but the one at skip, and writes in place
+// those it changes. An entry that does not decode is left as it is: the
+// next decode of the whole bucket reports it.
+func changeOthers(raw []byte, long, skip int, others entryOthers) {
+	for i := 0; i < long; i++ {
+		at := bucketHead + i*entryLen
+		if at == skip || !others.pick(binary.LittleEndian.Uint64(raw[at:])) {
+			continue
+		}
+		var e entry
+		if decodeEntryAt(raw[at:], false, &e) != nil || !others.change(&e) || isShort(&e) {
+			continue
+		}
+		appendEntry(raw[at:at], &e)
+	}
 }
 
 // rewriteEntry encodes bucket raw whole, with e in place of the entry of

@@ -180,8 +180,8 @@ type budgetPool struct {
 }
 
 const (
-	poolChunk = 8 * leaseChunk // units a worker asks for its pool at once
-	poolRoom  = 64 * poolChunk // budget left that a pool needs to be filled
+	poolChunk = 32 * leaseChunk // units a worker asks for its pool at once: the leases ahead of two or three buckets
+	poolRoom  = 64 * poolChunk  // budget left that a pool needs to be filled
 )
 
 // draw takes up to n units from the pool.

@@ -198,7 +198,7 @@ func TestUpdateEntryWritesTheBucketAFullRewriteWould(t *testing.T) {
 			e.granted += 3
 			e.demand += 7
 			return true, nil
-		})
+		}, nil)
 		if err != nil || !found {
 			t.Fatalf("entry %d: found %v, %v", h, found, err)
 		}
@@ -209,7 +209,7 @@ func TestUpdateEntryWritesTheBucketAFullRewriteWould(t *testing.T) {
 		}
 	}
 	_, cas, _ := store.Get(key)
-	if found, err := r.updateEntry(0, 999, func(*entry) (bool, error) { t.Fatal("change called for a missing entry"); return true, nil }); found || err != nil {
+	if found, err := r.updateEntry(0, 999, func(*entry) (bool, error) { t.Fatal("change called for a missing entry"); return true, nil }, nil); found || err != nil {
 		t.Fatalf("a missing entry: found %v, %v", found, err)
 	}
 	bkt.entries[1].granted = bkt.entries[1].share + 1 // impossible: more granted than its share
@@ -217,11 +217,68 @@ func TestUpdateEntryWritesTheBucketAFullRewriteWould(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _, _ := store.Get(key)
-	if _, err := r.updateEntry(0, 101, func(*entry) (bool, error) { return true, nil }); !errors.Is(err, errCorrupt) {
+	if _, err := r.updateEntry(0, 101, func(*entry) (bool, error) { return true, nil }, nil); !errors.Is(err, errCorrupt) {
 		t.Fatalf("an impossible entry: %v, want errCorrupt", err)
 	}
 	if raw, _, _ := store.Get(key); string(raw) != string(before) {
 		t.Fatal("a bucket with an impossible entry was written")
+	}
+}
+
+// pickOthers changes the entries of the hashes in grant, adding to what
+// each was granted; one changed to a newcomer's fields (short) is not
+// written.
+type pickOthers struct {
+	grant  map[uint64]int64
+	offers []uint64
+	picked uint64
+}
+
+func (o *pickOthers) pick(h uint64) bool {
+	o.offers = append(o.offers, h)
+	o.picked = h
+	_, ok := o.grant[h]
+	return ok
+}
+
+func (o *pickOthers) change(e *entry) bool {
+	if g := o.grant[o.picked]; g > 0 {
+		e.granted += g
+	} else {
+		*e = entry{hash: e.hash, window: e.window, active: e.window, tries: 1}
+	}
+	return true
+}
+
+// The other entries a write changes (leases ahead) are written as a full
+// rewrite would write them; only long entries but the one written are
+// offered, and a change that would make an entry short is dropped.
+func TestUpdateEntryChangesOthersAsAFullRewriteWould(t *testing.T) {
+	store := NewMemStore()
+	r := newLimiter(t, testConfig(), store).view
+	key := r.key(0)
+	bkt := bucketVal{}
+	for i := range 5 {
+		bkt.entries = append(bkt.entries, entry{hash: uint64(100 + i), created: 1, window: 5, plan: 3, share: 10, granted: 1, demand: 2, prev: 1.5, active: 5, tries: 2})
+	}
+	bkt.entries = append(bkt.entries, entry{hash: 200, created: 3, since: 40, window: 5, prev: 2, active: 5, tries: 1})
+	if err := store.Set(key, appendBucket(nil, &bkt), 0); err != nil {
+		t.Fatal(err)
+	}
+	others := &pickOthers{grant: map[uint64]int64{101: 4, 103: 0, 104: 2, 200: 9}}
+	if _, err := r.updateEntry(0, 100, func(e *entry) (bool, error) { e.demand++; return true, nil }, others); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{101, 102, 103, 104}; !slices.Equal(others.offers, want) {
+		t.Errorf("offered %v, want the long entries but the one written, %v", others.offers, want)
+	}
+	bkt.entries[0].demand++
+	bkt.entries[1].granted += 4
+	bkt.entries[4].granted += 2
+	if raw, _, _ := store.Get(key); string(raw) != string(appendBucket(nil, &bkt)) {
+		var got bucketVal
+		_ = decodeBucket(raw, &got)
+		t.Fatalf("wrote %+v, want %+v", got.entries, bkt.entries)
 	}
 }
 
@@ -269,7 +326,7 @@ func TestNewcomersAreWrittenShort(t *testing.T) {
 		func(e *entry) { e.plan, e.share, e.granted = 4, 8, 2 },
 		func(e *entry) { e.plan, e.share, e.granted = 0, 0, 0 },
 	} {
-		if found, err := r.updateEntry(0, newcomer.hash, func(e *entry) (bool, error) { change(e); return true, nil }); err != nil || !found {
+		if found, err := r.updateEntry(0, newcomer.hash, func(e *entry) (bool, error) { change(e); return true, nil }, nil); err != nil || !found {
 			t.Fatalf("updateEntry: %v %v", found, err)
 		}
 		change(&bkt.entries[1])

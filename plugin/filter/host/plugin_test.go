@@ -517,7 +517,7 @@ func TestFastTicksSurviveAClockStepBack(t *testing.T) {
 	}
 }
 
-// In a window's last quarter, a worker holding demand of clients far below
+// In a window's last eighth, a worker holding demand of clients far below
 // their share ticks every engine.PlanTick to write it, and at the
 // filter's own period again once it is written, before the window ends.
 func TestTicksComeFastWhileDemandIsWrittenBeforeAWindowEnds(t *testing.T) {
@@ -534,12 +534,12 @@ func TestTicksComeFastWhileDemandIsWrittenBeforeAWindowEnds(t *testing.T) {
 			}
 		}
 		if got := h.GetTickPeriod(); got != normal {
-			t.Fatalf("tick period %d ms before the window's last quarter, want %d", got, normal)
+			t.Fatalf("tick period %d ms before the window's last eighth, want %d", got, normal)
 		}
-		h.advance(7600 * time.Millisecond) // into the last quarter
+		h.advance(8800 * time.Millisecond) // into the last eighth
 		h.Tick()
 		if got := h.GetTickPeriod(); got != uint32(engine.PlanTick.Milliseconds()) {
-			t.Fatalf("tick period with demand to write in the last quarter: %d ms, want %d", got, engine.PlanTick.Milliseconds())
+			t.Fatalf("tick period with demand to write in the last eighth: %d ms, want %d", got, engine.PlanTick.Milliseconds())
 		}
 		tickUntil(t, h, normal, 300, "demand still written")
 	})
