@@ -39,7 +39,7 @@ func TestRoomyClientsCostFewerStoreOps(t *testing.T) {
 			// bucket's get and set, and a plan read), and the budget's get
 			// and set once per 32 chunks (the pool); the later requests
 			// there write nothing until the window's last eighth: 1.1 a
-			// request on one worker, 2.2 on two, and the closing writes
+			// request on one worker, 2.1 on two, and the closing writes
 			// (two for each of 64 buckets), the late requests written at
 			// once, the ticks and the plans. (Each request writing its
 			// demand, and a chunk its budget, was 3.0 on one worker, 4.0
