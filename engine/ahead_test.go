@@ -76,9 +76,10 @@ func TestNoLeaseAheadForAQuietClient(t *testing.T) {
 
 // Workers that lease ahead, each for the clients it saw, keep both
 // invariants while the clients move between workers at random, a few of
-// them asking far more than their share; and the light clients, whose
-// leases ahead sit on workers they may not come back to, are refused
-// nothing. (Run with -race: the workers share the store concurrently.)
+// them asking far more than their share: no client admits more than its
+// entry granted it in the window, and the light clients, whose leases
+// ahead sit on workers they may not come back to, are refused nothing.
+// (Run with -race: the workers share the store concurrently.)
 func TestLeasesAheadKeepBothInvariants(t *testing.T) {
 	const w, clients, heavy = 8, 3000, 10
 	cfg := Defaults(clients*300, 10*time.Second)
@@ -93,6 +94,7 @@ func TestLeasesAheadKeepBothInvariants(t *testing.T) {
 	var outs []outcome
 	for k := 1; k <= 4; k++ {
 		start := t0.Add(time.Duration(k) * cfg.Cycle)
+		from := len(outs)
 		for step := 0; step < 4; step++ {
 			at := start.Add(time.Duration(step) * cfg.Cycle / 4)
 			demand := map[string]int{}
@@ -111,6 +113,20 @@ func TestLeasesAheadKeepBothInvariants(t *testing.T) {
 				for at := tick.Add(PlanTick); l.Planning(); at = at.Add(PlanTick) {
 					l.PlanAt(at)
 				}
+			}
+		}
+		// Every unit admitted was granted in its client's entry: a lease
+		// ahead is units the entry counts, not more.
+		admitted := map[string]int64{}
+		for _, o := range outs[from:] {
+			if o.d.Allowed {
+				admitted[o.client]++
+			}
+		}
+		window, _, _ := WindowAt(start, cfg.Cycle, cfg.WindowOffset)
+		for id, n := range admitted {
+			if e := entryOf(t, workers[0], id); e.window != window || e.granted < n {
+				t.Fatalf("window %d: %s admitted %d, its entry of window %d granted %d", k, id, n, e.window, e.granted)
 			}
 		}
 	}
