@@ -1224,6 +1224,8 @@ func (a *leasesAhead) change(e *entry) bool {
 	if take <= 0 {
 		return false
 	}
+	// (With granted > 0 the entry is long, so changeOthers writes it:
+	// the lease is recorded only for an entry that is written.)
 	e.granted += take
 	a.leased = append(a.leased, aheadLease{cs: cs, e: *e, take: take})
 	return true
