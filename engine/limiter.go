@@ -404,6 +404,13 @@ func (l *Limiter) admitKnown(t int64, cs *clientState, cost int64, retries int) 
 			return l.admitKnown(t, cs, cost, retries-1)
 		}
 		if st := l.view.sync(cs, 0, false, t); st == syncPending {
+			// Its entry waits for a plan that counts it: say a newcomer
+			// counted (promoted) by a plan that a re-plan on another worker
+			// replaced, counting another newcomer, before this entry was
+			// written. This worker holds nothing for it any more: its next
+			// request is a newcomer's asking again, which proves it
+			// (arrive), here as on any other worker.
+			l.view.drop(cs.hash)
 			return l.pending(t)
 		}
 		// The entry names a plan that does not exist: unusable until the

@@ -185,6 +185,67 @@ func TestMinCycleHoldsNewcomersPending(t *testing.T) {
 	}
 }
 
+// hookStore runs hook once, after the first write of key watch that
+// follows arming: another worker acting between two store operations of
+// a request.
+type hookStore struct {
+	Store
+	watch string
+	hook  func()
+}
+
+func (s *hookStore) Set(key string, v []byte, cas uint32) error {
+	err := s.Store.Set(key, v, cas)
+	if hook := s.hook; err == nil && hook != nil && key == s.watch {
+		s.hook = nil
+		hook()
+	}
+	return err
+}
+
+// A newcomer's request makes a plan that counts it (promoted), and before
+// its entry is written under that plan, another worker's re-plan, made for
+// another newcomer, counts that one instead. The first newcomer's entry is
+// left unproven, and the worker that served it still holds its state: its
+// next request proves it, there as on any worker, and the re-plan that
+// counts it follows. (When that worker read the entry as pending under its
+// state, the client, keeping to one connection, was told pending in every
+// window.)
+func TestANewcomerWhosePromotionIsLostAsksAgainAndIsCounted(t *testing.T) {
+	cfg := Defaults(10, 5*time.Second)
+	cfg.Policy = Fair{}
+	cfg.MinCycle = 500 * time.Millisecond
+	store := &hookStore{Store: NewMemStore()}
+	w1, w2 := newLimiter(t, cfg, store), newLimiter(t, cfg, store)
+	start := t0.Add(20 * time.Millisecond)
+	var b Decision
+	store.watch = w1.view.planKey
+	store.hook = func() { b = w2.AdmitAt(start, "B") }
+	a := w1.AdmitAt(start, "A")
+	if !b.Allowed || a.Allowed || a.Reason != ReasonPending {
+		t.Fatalf("A %+v, B %+v: want B admitted, and A pending, its promotion lost to B's re-plan", a, b)
+	}
+	if _, e, found, err := w1.view.find(clientHash("A")); err != nil || !found || !waitingUnproven(&e) {
+		t.Fatalf("A's entry %+v (found %t, %v): want it unproven", e, found, err)
+	}
+	// A asks again, on the same worker, at what Retry-After says in whole
+	// seconds (as the header does), through the next two windows.
+	at := start
+	var asked []Reason
+	for len(asked) < 12 {
+		at = at.Add(max(a.RetryAfter.Round(time.Second), time.Second))
+		a = w1.AdmitAt(at, "A")
+		asked = append(asked, a.Reason)
+	}
+	if asked[0] == ReasonPending {
+		t.Fatalf("A's answers, asking again at Retry-After: %v; want its first retry to prove it and a re-plan to count it", asked)
+	}
+	// Counted: in a later window it has its share.
+	if d := w1.AdmitAt(at.Add(cfg.Cycle), "A"); !d.Allowed || d.Limit == 0 {
+		t.Fatalf("A in a later window: %+v, want admitted from a share", d)
+	}
+}
+
 // Clients that each ask once every 25 s, on 10 s windows: a newcomer's
 // first request leaves an unproven entry, and its next, two or three
 // windows later, proves it from that entry. 2,000 of them, as many as
