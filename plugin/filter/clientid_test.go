@@ -316,11 +316,11 @@ func TestAnonymousBodyNamesTheSource(t *testing.T) {
 
 func TestSummaryNamesTheSource(t *testing.T) {
 	f, _ := mustFilter(t, `{"capacity": 5, "cycle": "10s", "client_id": {"from": "metadata", "filter": "jwt", "path": ["payload", "sub"]}}`)
-	if s := f.Summary(); !strings.Contains(s, `client id from metadata "jwt" ["payload","sub"],`) {
+	if s := f.Summary(); !strings.Contains(s, `client_id metadata "jwt" ["payload","sub"],`) {
 		t.Errorf("summary %q", s)
 	}
 	f, _ = mustFilter(t, `{"capacity": 5, "cycle": "10s"}`)
-	if s := f.Summary(); !strings.Contains(s, `client id from header "x-client-id",`) {
+	if s := f.Summary(); !strings.Contains(s, `client_id header "x-client-id",`) {
 		t.Errorf("summary %q", s)
 	}
 }

@@ -245,34 +245,8 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	if p.err != nil {
 		return Config{}, p.err
 	}
-	ec := engine.Defaults(capacity, cycle)
-	ec.Reservation = p.number("reservation", raw.Reservation, ec.Reservation, 0, 1)
-	cfg := Config{Engine: ec}
-	p.policyFields(raw, &cfg.Engine)
-	cfg.ClientID = p.clientID(raw)
-	cfg.ClientHeader = cfg.ClientID.Header
-	cfg.Engine.MaxIDsPerPeer = int(p.integer("max_ids_per_peer", raw.MaxIDsPerPeer, 0, 0, engine.MaxIDsPerPeerCap, false))
-	cfg.Peer = p.peer("peer", raw.Peer)
-	mode := p.enum("mode", raw.Mode, "enforce", "enforce", "passthrough")
-	cfg.Engine.MaxClients = int(p.integer("max_clients", raw.MaxClients, int64(ec.MaxClients), 1, engine.MaxClientsCap, false))
-	cfg.Engine.IdleCycles = int(p.integer("idle_cycles", raw.IdleCycles, int64(ec.IdleCycles), 1, engine.MaxIdleCycles, false))
-	cfg.Engine.MinCycle = p.duration("min_cycle", raw.MinCycle, ec.MinCycle, 0, cycle, false)
-	cfg.Engine.WindowOffset = p.windowOffset("window_offset", raw.WindowOffset, cycle)
-	cfg.RetryAfterJitter = p.delay("retry_after_jitter", raw.RetryAfterJitter, cycle)
-	cfg.MaxWait = p.delay("max_wait", raw.MaxWait, min(cycle, maxMaxWait))
-	cfg.MaxWaiting = int(p.integer("max_waiting", raw.MaxWaiting, DefaultMaxWaiting, 1, maxMaxWaiting, false))
-	cfg.Engine.FailureModeDeny = p.boolean("failure_mode_deny", raw.FailureModeDeny, false)
-	style := p.enum("rate_limit_headers", raw.RateLimitHeaders, styleNames[0], styleNames[:]...)
-	cfg.HeadersOnAllowed = p.boolean("headers_on_allowed", raw.HeadersOnAllowed, true)
-	cfg.StatusCode = uint32(p.integer("status_code", raw.StatusCode, DefaultStatusCode, 400, 599, false))
-	cfg.MaxClientIDBytes = int(p.integer("max_client_id_bytes", raw.MaxClientIDBytes, DefaultMaxClientIDBytes, 1, maxClientIDBytesLimit, false))
-	cfg.Name = p.name("name", raw.Name, DefaultName)
-	cfg.DebugHeaders = p.boolean("debug_headers", raw.DebugHeaders, false)
-	cfg.AccessLog = p.boolean("access_log", raw.AccessLog, true)
-	cfg.LogClientID = p.boolean("log_client_id", raw.LogClientID, false)
-	cfg.Cost = p.integer("cost", raw.Cost, 1, 1, maxCost, false)
-	cfg.Match = p.match("match", raw.Match)
-	p.fleet("fleet", raw.Fleet, &cfg)
+	cfg := Config{Engine: engine.Defaults(capacity, cycle)}
+	p.parseFields(raw, &cfg)
 	if p.err != nil {
 		return Config{}, p.err
 	}
@@ -282,9 +256,6 @@ func parseLimit(raw *rawConfig, p fieldParser) (Config, error) {
 	if err := checkCaps(&cfg, p.label); err != nil {
 		return Config{}, err
 	}
-	cfg.Engine.Passthrough = mode == "passthrough"
-	cfg.Passthrough = cfg.Engine.Passthrough
-	cfg.RateLimitHeaders = HeaderStyle(indexOf(styleNames[:], style))
 	// The shared-data map is per vm_id, so the limit's name keeps limits
 	// that share a vm_id apart.
 	cfg.Engine.KeyPrefix = "borrowcycle/" + cfg.Name
@@ -376,83 +347,6 @@ func join(at, field string) string {
 		return field
 	}
 	return at + "." + field
-}
-
-// field returns where the field called exactly name goes, nil if unknown.
-func (r *rawConfig) field(name string) *json.RawMessage {
-	switch name {
-	case "capacity":
-		return &r.Capacity
-	case "cycle":
-		return &r.Cycle
-	case "windows":
-		return &r.Windows
-	case "reservation":
-		return &r.Reservation
-	case "client_header":
-		return &r.ClientHeader
-	case "client_id":
-		return &r.ClientID
-	case "max_ids_per_peer":
-		return &r.MaxIDsPerPeer
-	case "peer":
-		return &r.Peer
-	case "mode":
-		return &r.Mode
-	case "max_clients":
-		return &r.MaxClients
-	case "idle_cycles":
-		return &r.IdleCycles
-	case "min_cycle":
-		return &r.MinCycle
-	case "window_offset":
-		return &r.WindowOffset
-	case "retry_after_jitter":
-		return &r.RetryAfterJitter
-	case "max_wait":
-		return &r.MaxWait
-	case "max_waiting":
-		return &r.MaxWaiting
-	case "failure_mode_deny":
-		return &r.FailureModeDeny
-	case "rate_limit_headers":
-		return &r.RateLimitHeaders
-	case "headers_on_allowed":
-		return &r.HeadersOnAllowed
-	case "status_code":
-		return &r.StatusCode
-	case "max_client_id_bytes":
-		return &r.MaxClientIDBytes
-	case "name":
-		return &r.Name
-	case "debug_headers":
-		return &r.DebugHeaders
-	case "access_log":
-		return &r.AccessLog
-	case "log_client_id":
-		return &r.LogClientID
-	case "cost":
-		return &r.Cost
-	case "match":
-		return &r.Match
-	case "fleet":
-		return &r.Fleet
-	case "limits":
-		return &r.Limits
-	case "policy":
-		return &r.Policy
-	case "burst":
-		return &r.Burst
-	case "weights":
-		return &r.Weights
-	case "max_share":
-		return &r.MaxShare
-	case "caps":
-		return &r.Caps
-	case "unlimited":
-		return &r.Unlimited
-	}
-	return nil
 }
 
 // jsonError turns encoding/json's errors into errors of the "json" field:

@@ -291,7 +291,8 @@ func (f *Filter) shortest(period func(*Config) time.Duration) time.Duration {
 	return p
 }
 
-// Summary is the one info line that says what this filter enforces.
+// Summary is the info line that says what this filter enforces: every
+// setting of every limit (limitSummary).
 func (f *Filter) Summary() string {
 	var b strings.Builder
 	b.WriteString("borrowcycle:")
@@ -303,25 +304,4 @@ func (f *Filter) Summary() string {
 		b.WriteString(limitSummary(&f.set.Limits[i]))
 	}
 	return b.String()
-}
-
-func limitSummary(c *Config) string {
-	if c.Unlimited {
-		return fmt.Sprintf("limit %q: match %s, unlimited", c.Name, c.Match.String())
-	}
-	mode := "enforce"
-	if c.Passthrough {
-		mode = "passthrough"
-	}
-	e := &c.Engine
-	var spans []string
-	for _, w := range c.EngineWindows() {
-		spans = append(spans, fmt.Sprintf("%d per %s", w.Engine.Capacity, w.Engine.Cycle))
-	}
-	return fmt.Sprintf("limit %q: match %s, cost %d, capacity %s, reservation %g, client id from %s, mode %s, "+
-		"max_clients %d, idle_cycles %d, min_cycle %s, window_offset %s, retry_after_jitter %s, max_wait %s (max_waiting %d), failure_mode_deny %t, headers %s (on allowed: %t), "+
-		"status %d, max_client_id_bytes %d, debug_headers %t, access_log %t, log_client_id %t",
-		c.Name, c.Match.String(), c.Cost, strings.Join(spans, " and "), e.Reservation, c.ClientID.String(), mode,
-		e.MaxClients, e.IdleCycles, e.MinCycle, e.WindowOffset, c.RetryAfterJitter, c.MaxWait, c.MaxWaiting, e.FailureModeDeny, c.RateLimitHeaders, c.HeadersOnAllowed,
-		c.StatusCode, c.MaxClientIDBytes, c.DebugHeaders, c.AccessLog, c.LogClientID)
 }

@@ -74,12 +74,19 @@ func (p *fieldParser) fleet(field string, raw json.RawMessage, cfg *Config) {
 	if ok && (cluster == "" || len(cluster) > maxClusterNameLen) {
 		p.fail(field+".cluster", "must be an Envoy cluster name of 1 to "+strconv.Itoa(maxClusterNameLen)+" bytes")
 	}
-	cycle := cfg.Engine.Cycle
+	capacity, cycle := cfg.Engine.Capacity, cfg.Engine.Cycle
 	f := &engine.Fleet{
-		Capacity:     p.integer(field+".capacity", rf.capacity, 0, 1, engine.MaxCapacity, true),
-		Fallback:     p.integer(field+".fallback_capacity", rf.fallback, 0, 0, engine.MaxCapacity, true),
-		SyncInterval: p.duration(field+".sync_interval", rf.syncInterval, defaultSyncInterval(cycle), 0, max(cycle/4, engine.MinSyncInterval), false),
+		Capacity: p.integer(field+".capacity", rf.capacity, 0, capacity, engine.MaxCapacity, true),
+		Fallback: p.integer(field+".fallback_capacity", rf.fallback, 0, 0, capacity, true),
 	}
+	if cycle < 4*engine.MinSyncInterval {
+		// (Callouts at most every cycle/4 and at least MinSyncInterval
+		// apart: no sync_interval fits, its default included.)
+		p.fail("cycle", "must be at least "+(4*engine.MinSyncInterval).String()+" with fleet (fleet.sync_interval is in ["+
+			engine.MinSyncInterval.String()+", cycle/4]), got "+cycle.String())
+		return
+	}
+	f.SyncInterval = p.duration(field+".sync_interval", rf.syncInterval, defaultSyncInterval(cycle), engine.MinSyncInterval, cycle/4, false)
 	f.Timeout = p.duration(field+".timeout", rf.timeout, f.SyncInterval/2, 0, f.SyncInterval, false)
 	cfg.Engine.Fleet, cfg.FleetCluster = f, cluster
 }

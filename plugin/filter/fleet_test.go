@@ -53,6 +53,26 @@ func TestFleetConfigErrorsNameTheField(t *testing.T) {
 			t.Errorf("fleet %s: got %v, want an error on %s", tc.fleet, err, tc.field)
 		}
 	}
+	// The bounds are the parser's, in the contract's words, not the
+	// engine's; and a cycle too short for any sync_interval, its default
+	// included, is the cycle's error.
+	for _, tc := range []struct{ cfg, want string }{
+		{`{"capacity": 100, "cycle": "10s", "fleet": {"cluster": "g", "capacity": 50, "fallback_capacity": 20}}`,
+			"fleet.capacity: must be an integer in [100, 1099511627776], got 50"},
+		{`{"capacity": 100, "cycle": "10s", "fleet": {"cluster": "g", "capacity": 300, "fallback_capacity": 101}}`,
+			"fleet.fallback_capacity: must be an integer in [0, 100], got 101"},
+		{`{"capacity": 100, "cycle": "10s", "fleet": {"cluster": "g", "capacity": 300, "fallback_capacity": 20, "sync_interval": "10ms"}}`,
+			"fleet.sync_interval: must be in [50ms, 2.5s], got 10ms"},
+		{`{"capacity": 100, "cycle": "100ms", "fleet": {"cluster": "g", "capacity": 300, "fallback_capacity": 20}}`,
+			"cycle: must be at least 200ms with fleet (fleet.sync_interval is in [50ms, cycle/4]), got 100ms"},
+	} {
+		if _, err := ParseConfig([]byte(tc.cfg)); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := ParseConfig([]byte(`{"capacity": 100, "cycle": "200ms", "fleet": {"cluster": "g", "capacity": 300, "fallback_capacity": 20}}`)); err != nil {
+		t.Errorf("fleet with a 200ms cycle, sync_interval's default: %v", err)
+	}
 	// In the limits form the field is named with its limit.
 	_, err := ParseSettings([]byte(`{"cycle": "10s", "capacity": 100, "limits": [
 		{"name": "api", "fleet": {"cluster": "g", "capacity": 300}}]}`))

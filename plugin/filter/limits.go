@@ -191,12 +191,19 @@ func inherit(own, top *rawConfig) rawConfig {
 }
 
 // inheritedFields are the fields a limit takes from the top level when it
-// does not give them.
-var inheritedFields = []string{
-	"capacity", "cycle", "windows", "reservation", "client_header", "client_id", "max_ids_per_peer", "peer", "mode", "max_clients", "idle_cycles",
-	"min_cycle", "window_offset", "retry_after_jitter", "max_wait", "max_waiting", "failure_mode_deny", "rate_limit_headers", "headers_on_allowed", "status_code",
-	"max_client_id_bytes", "debug_headers", "access_log", "log_client_id", "cost", "policy", "burst", "weights", "max_share", "caps", "fleet",
-}
+// does not give them: all but its name, its match, and the fields of the
+// limits form itself.
+var inheritedFields = func() []string {
+	var names []string
+	for i := range schema {
+		switch n := schema[i].name; n {
+		case "name", "match", "limits", "unlimited":
+		default:
+			names = append(names, n)
+		}
+	}
+	return names
+}()
 
 // match parses a match object: absent holds for every request, and an
 // empty object is refused as the likely slip it is.

@@ -18,24 +18,35 @@ import (
 // is the default.
 var policies = []string{"seed", "fair", "static"}
 
-// policyFields sets ec's Policy, Pace, Burst, Weights, MaxShare and Caps
-// from raw. Reservation and Capacity must already be parsed.
-func (p *fieldParser) policyFields(raw *rawConfig, ec *engine.Config) {
-	switch p.enum("policy", raw.Policy, policies[0], policies...) {
-	case "seed":
-		ec.Policy = nil // the engine's default, which carries the reservation
+// policy parses the policy field: nil is seed, the engine's default,
+// which carries the reservation.
+func (p *fieldParser) policy(field string, raw json.RawMessage) engine.Policy {
+	switch p.enum(field, raw, policies[0], policies...) {
 	case "fair":
-		ec.Policy = engine.Fair{}
+		return engine.Fair{}
 	case "static":
-		ec.Policy = engine.Static{}
+		return engine.Static{}
 	}
-	if raw.Burst != nil {
-		ec.Burst = p.number("burst", raw.Burst, 0, 0, 1)
-		ec.Pace = true
+	return nil
+}
+
+// policyName is the policy field's value for pol.
+func policyName(pol engine.Policy) string {
+	switch pol.(type) {
+	case engine.Fair:
+		return "fair"
+	case engine.Static:
+		return "static"
 	}
-	ec.Weights = p.weights("weights", raw.Weights)
-	ec.MaxShare = p.integer("max_share", raw.MaxShare, 0, 1, ec.Capacity, false)
-	ec.Caps = p.caps("caps", raw.Caps, ec.Capacity)
+	return policies[0]
+}
+
+// burst parses the burst field: given, it turns pacing on.
+func (p *fieldParser) burst(field string, raw json.RawMessage) (pace bool, burst float64) {
+	if raw == nil {
+		return false, 0
+	}
+	return true, p.number(field, raw, 0, 0, 1)
 }
 
 // checkCaps refuses caps that the rest of cfg makes meaningless: below the

@@ -1,0 +1,127 @@
+package filter
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+)
+
+// update rewrites docs/contract.md's field table from the schema:
+// go test ./plugin/filter -run TestContractTableIsTheSchema -update
+var update = flag.Bool("update", false, "rewrite docs/contract.md's field table from the schema")
+
+const (
+	contractPath = "../../docs/contract.md"
+	tableHead    = "| field | type | default | valid values | meaning |\n|---|---|---|---|---|\n"
+)
+
+// contractTable is docs/contract.md's field table, a row a line, and
+// the document around it.
+func contractTable(t *testing.T) (before string, rows []string, after string) {
+	t.Helper()
+	raw, err := os.ReadFile(contractPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	i := strings.Index(doc, tableHead)
+	if i < 0 {
+		t.Fatal("docs/contract.md has no field table")
+	}
+	i += len(tableHead)
+	n := strings.Index(doc[i:], "\n\n")
+	return doc[:i], strings.Split(doc[i:i+n], "\n"), doc[i+n:]
+}
+
+// tableRow is field f as a row of the contract's field table.
+func tableRow(f *field) string {
+	row := "|"
+	for _, cell := range []string{"`" + f.name + "`", f.typ, f.def, f.valid, f.meaning} {
+		if cell != "" {
+			row += " " + cell
+		}
+		row += " |"
+	}
+	return row
+}
+
+// The contract's field table is the schema, row for row.
+func TestContractTableIsTheSchema(t *testing.T) {
+	before, rows, after := contractTable(t)
+	if *update {
+		var b strings.Builder
+		for i := range schema {
+			b.WriteString(tableRow(&schema[i]))
+			if i < len(schema)-1 {
+				b.WriteString("\n")
+			}
+		}
+		if err := os.WriteFile(contractPath, []byte(before+b.String()+after), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before, rows, after = contractTable(t)
+	}
+	for i := range max(len(rows), len(schema)) {
+		switch {
+		case i >= len(schema):
+			t.Errorf("contract row %d is not in the schema: %s", i+1, rows[i])
+		case i >= len(rows):
+			t.Errorf("the schema's %s is not in the contract; its row:\n%s", schema[i].name, tableRow(&schema[i]))
+		case rows[i] != tableRow(&schema[i]):
+			t.Errorf("contract row %d differs from the schema; want:\n%s\ngot:\n%s", i+1, tableRow(&schema[i]), rows[i])
+		}
+	}
+}
+
+// With two fields wrong, the one first in the schema is reported, for
+// every pair of the fields each limit parses. (null is wrong for each:
+// a field is given a value or left out.)
+func TestErrorsFollowTheSchemasOrder(t *testing.T) {
+	var own []string
+	for i := range schema {
+		if schema[i].parse != nil || schema[i].name == "client_header" {
+			own = append(own, schema[i].name)
+		}
+	}
+	for i, first := range own {
+		for _, second := range own[i+1:] {
+			if first == "client_header" && second == "client_id" {
+				continue // (one setting in two spellings: giving both is client_id's error)
+			}
+			cfg := `{"capacity": 10, "cycle": "10s", "` + first + `": null, "` + second + `": null}`
+			_, err := ParseConfig([]byte(cfg))
+			if err == nil || !strings.HasPrefix(err.Error(), first+": ") {
+				t.Errorf("%s: %v, want %s's error", cfg, err, first)
+			}
+		}
+	}
+	if _, err := ParseConfig([]byte(`{"capacity": 10, "cycle": "10s", "mode": "x", "policy": "y"}`)); err == nil || !strings.HasPrefix(err.Error(), "mode: ") {
+		t.Errorf("mode and policy wrong: %v, want mode's error", err)
+	}
+}
+
+// The info line shows every setting the schema says it shows, with the
+// field's own name.
+func TestSummaryShowsEveryField(t *testing.T) {
+	s, err := ParseSettings([]byte(`{"capacity": 10, "cycle": "10s", "policy": "fair", "burst": 0.5, "weights": {"a": 2}, "max_share": 5, "caps": {"b": 3}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Filter{set: s}
+	line := f.Summary()
+	for i := range schema {
+		if schema[i].show == nil {
+			continue
+		}
+		want := schema[i].name + " " + schema[i].show(&s.Limits[0])
+		if !strings.Contains(line, " "+want+",") && !strings.HasSuffix(line, " "+want) {
+			t.Errorf("the info line lacks %q: %s", want, line)
+		}
+	}
+	for _, want := range []string{"policy fair", "burst 0.5", "weights 1 client", "max_share 5", "caps 1 client", "fleet none"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the info line lacks %q: %s", want, line)
+		}
+	}
+}
