@@ -9,8 +9,9 @@ type Reason uint8
 const (
 	// ReasonOK: admitted within the client's share.
 	ReasonOK Reason = iota
-	// ReasonOverLimit: the client used its share for this window, or the
-	// window's capacity is spent.
+	// ReasonOverLimit: the client used what it may take now (its share, or
+	// under Fair and pacing what has accrued of it), or the window's
+	// capacity is spent.
 	ReasonOverLimit
 	// ReasonAnonymous: the request carried no usable client id.
 	ReasonAnonymous

@@ -15,7 +15,9 @@
 //     for, rejected ones included. Shares are integers that sum to exactly
 //     Capacity.
 //  2. A client is admitted while it has share left; past it, it is rejected
-//     with ReasonOverLimit until the window ends (Decision.RetryAfter).
+//     with ReasonOverLimit, and Decision.RetryAfter says when a retry can
+//     succeed: the window's end under Seed, unpaced; sooner under Fair,
+//     pacing or fleet mode (retryAfter).
 //  3. A client seen for the first time (a newcomer) re-plans the rest of the
 //     window: full-window shares with it counted in, scaled to what the
 //     window has left. Re-plans are at least MinCycle apart; a newcomer that

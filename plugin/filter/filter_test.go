@@ -38,12 +38,12 @@ func TestReplyPlans(t *testing.T) {
 		{"over_limit", `{"capacity": 3, "cycle": "10s"}`, over, Reply{Status: 429, Headers: [][2]string{
 			{"x-borrowcycle-reason", "over_limit"}, {"x-envoy-ratelimited", "true"},
 			{"retry-after", "8"}, {"x-ratelimit-limit", "3"}, {"x-ratelimit-remaining", "0"}, {"x-ratelimit-reset", "8"},
-		}, Body: []byte("borrowcycle: over_limit: this client used its share for the current window\n")}},
+		}, Body: []byte("borrowcycle: over_limit: this client is over its share for now; retry after the retry-after delay\n")}},
 		{"ietf with debug", `{"capacity": 3, "cycle": "1500ms", "rate_limit_headers": "ietf", "name": "api", "status_code": 503, "debug_headers": true}`,
 			over, Reply{Status: 503, Headers: [][2]string{
 				{"x-borrowcycle-reason", "over_limit"}, {"x-envoy-ratelimited", "true"},
 				{"retry-after", "8"}, {"ratelimit-policy", `"api";q=3;w=2`}, {"ratelimit", `"api";r=0;t=8`}, {"x-borrowcycle-plan", "4"},
-			}, Body: []byte("borrowcycle: over_limit: this client used its share for the current window\n")}},
+			}, Body: []byte("borrowcycle: over_limit: this client is over its share for now; retry after the retry-after delay\n")}},
 		{"no rate-limit headers", `{"capacity": 3, "cycle": "10s", "rate_limit_headers": "none"}`,
 			engine.Decision{Reason: engine.ReasonPending, WouldReject: true}, Reply{Status: 429, Headers: [][2]string{
 				{"x-borrowcycle-reason", "pending"}, {"x-envoy-ratelimited", "true"}, {"retry-after", "1"},

@@ -26,7 +26,7 @@ const (
 // rejectionBodies are the one-line bodies of local replies, one per reason.
 // The anonymous body names the configured source, so it is built per config.
 var rejectionBodies = map[engine.Reason]string{
-	engine.ReasonOverLimit:    "borrowcycle: over_limit: this client used its share for the current window",
+	engine.ReasonOverLimit:    "borrowcycle: over_limit: this client is over its share for now; retry after the retry-after delay",
 	engine.ReasonPending:      "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	engine.ReasonTableFull:    "borrowcycle: table_full: too many distinct clients",
 	engine.ReasonStoreFailure: "borrowcycle: store_failure: limiter state unavailable",

@@ -30,7 +30,7 @@ var (
 		{"x-ratelimit-remaining", "0"},
 		{"x-ratelimit-reset", "3600"},
 	}
-	mimicBody = []byte("borrowcycle: over_limit: this client used its share for the current window\n")
+	mimicBody = []byte("borrowcycle: over_limit: this client is over its share for now; retry after the retry-after delay\n")
 )
 
 // mimicRequest makes the request-path host calls of the mode.

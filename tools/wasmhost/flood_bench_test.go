@@ -12,8 +12,8 @@ import (
 // requests and known-client requests in alternating slices through the same
 // VMs, with the clock moving 100 µs per request (10,000 req/s) and every VM
 // ticking each 100 ms of it, as in a loaded Envoy, and reports the cost of a
-// flood request over a known client's ("flood/known", in CPU time). Issue
-// 10 asks a flood to run at ≥ 0.8 of the known clients' throughput, that is
+// flood request over a known client's ("flood/known", in CPU time). The
+// target is a flood at ≥ 0.8 of the known clients' throughput, that is
 // flood/known ≤ 1.25; the figure that counts is bench-envoy's, this one
 // catches a change that makes a newcomer dearer.
 //

@@ -44,7 +44,7 @@ func TestPluginImportsSatisfied(t *testing.T) {
 // rejectionBodies are the contract's one-line bodies (each sent with a
 // trailing newline).
 var rejectionBodies = map[string]string{
-	"over_limit":    "borrowcycle: over_limit: this client used its share for the current window",
+	"over_limit":    "borrowcycle: over_limit: this client is over its share for now; retry after the retry-after delay",
 	"pending":       "borrowcycle: pending: new client is being registered; retry after the retry-after delay",
 	"table_full":    "borrowcycle: table_full: too many distinct clients",
 	"store_failure": "borrowcycle: store_failure: limiter state unavailable",

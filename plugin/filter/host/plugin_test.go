@@ -128,7 +128,7 @@ func TestOverLimitReplyCarriesEveryHeader(t *testing.T) {
 			"x-ratelimit-remaining": "0",
 			"x-ratelimit-reset":     "8",
 		})
-		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client used its share for the current window\n"; got != want {
+		if got, want := string(r.local.Data), "borrowcycle: over_limit: this client is over its share for now; retry after the retry-after delay\n"; got != want {
 			t.Errorf("body = %q, want %q", got, want)
 		}
 		if _, ok := r.headers["x-borrowcycle-plan"]; ok {
