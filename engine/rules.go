@@ -1455,8 +1455,8 @@ func allocateCompact(p compactPolicy, dst []int64, capacity int64, demands []flo
 }
 
 // Allocate applies the seed policy to integer demands (docs/contract.md,
-// "How shares are computed"), for tests, the simulator and operators'
-// what-if questions.
+// "How shares are computed"), for operators' what-if questions and the
+// contract's worked examples (its tests check them).
 func Allocate(capacity int64, reservation float64, demands []int64) []int64 {
 	real := make([]float64, len(demands))
 	for i, d := range demands {

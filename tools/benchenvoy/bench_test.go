@@ -100,7 +100,7 @@ func smokeOptions(t *testing.T) Options {
 	}
 	for _, bin := range []string{o.Wrk, "taskset"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			missing = append(missing, bin+" (tools/getwrk.sh)")
+			missing = append(missing, bin+" (scripts/getwrk.sh)")
 		}
 	}
 	if len(missing) > 0 {

@@ -94,7 +94,7 @@ func (o *Options) check() error {
 		}
 	}
 	if _, err := exec.LookPath(o.Wrk); err != nil {
-		errs = append(errs, fmt.Errorf("load generator: %v (make bench-envoy installs wrk with tools/getwrk.sh)", err))
+		errs = append(errs, fmt.Errorf("load generator: %v (make bench-envoy installs wrk with scripts/getwrk.sh)", err))
 	}
 	if o.Rounds < 1 || o.Connections < 1 || o.Clients < 1 {
 		errs = append(errs, errors.New("-rounds, -connections and -clients must be >= 1"))

@@ -10,9 +10,9 @@
 //
 // Usage:
 //
-//	go run ./tools/simulate -scenario FILE|NAME [-policy seed|static|fair|compare] [-burst F] [-out DIR] [-table auto|wide|long|none]
-//	go run ./tools/simulate -all [-out DIR]
-//	go run ./tools/simulate -list
+//	go run . -scenario FILE|NAME [-policy seed|static|fair|compare] [-burst F] [-out DIR] [-table auto|wide|long|none]
+//	go run . -all [-out DIR]
+//	go run . -list
 //
 // It prints the per-cycle table (share, demand and admitted per client),
 // then the run's metrics; with -out it also writes SVG and PNG charts.

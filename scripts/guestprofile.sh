@@ -6,7 +6,7 @@
 # whose compiler writes a perf map when built with the `perfmap` tag, and
 # sums `perf record` samples per guest function.
 #
-#   tools/guestprofile/guestprofile.sh [variant] [requests]
+#   scripts/guestprofile.sh [variant] [requests]
 #
 # variant is one of BenchmarkPluginOverNoop's (default, no_headers,
 # reject); the no-op module runs beside it, and its functions (the no-op
@@ -16,7 +16,7 @@
 set -euo pipefail
 variant=${1:-default}
 requests=${2:-500000}
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build/guestprofile
 mkdir -p "$out"
 command -v perf >/dev/null || { echo "guestprofile: perf is missing (apt-get install linux-perf)" >&2; exit 1; }
