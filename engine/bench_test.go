@@ -11,7 +11,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Benchmarks. `make bench` runs them; README reports the figures.
+// Benchmarks. `make bench` runs them; docs/benchmarks.md reports the figures.
 //
 // The anchor is golang.org/x/time/rate's Limiter.AllowN, a well-known
 // in-process limiter: the admission path of a Borrowcycle worker should cost

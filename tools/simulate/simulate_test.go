@@ -322,7 +322,7 @@ func TestShippedScenariosKeepTheCap(t *testing.T) {
 	}
 }
 
-// TestFairTargets holds the fair policy to its targets (README, "Policies
+// TestFairTargets holds the fair policy to its targets (docs/benchmarks.md, "Policies
 // compared") on the scenarios they are stated for, unpaced and paced with
 // burst 0.25: utilisation ≥ 97%, Jain ≥ 0.98, light-client rejection ≤ 3%,
 // stranded ≤ 3% and inflation gain ≤ 2%.

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Benchmarks (see README for the commands):
+// Benchmarks (docs/benchmarks.md gives the commands):
 //
 //	BenchmarkRequests        requests/s through 1 and 4 VMs, noop and plugin
 //	BenchmarkPluginOverNoop  the plugin's cost per request as a multiple of
