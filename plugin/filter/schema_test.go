@@ -3,6 +3,8 @@ package filter
 import (
 	"flag"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -123,5 +125,61 @@ func TestSummaryShowsEveryField(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("the info line lacks %q: %s", want, line)
 		}
+	}
+}
+
+// The bounds and choices the schema states for a field are the ones its
+// parser enforces: a value just outside a stated integer range is refused
+// naming that range, and a wrong choice is refused listing the stated
+// choices.
+func TestSchemaBoundsAreTheParsers(t *testing.T) {
+	rangeRe := regexp.MustCompile("^(\\d+) to (\\d+)")
+	choiceRe := regexp.MustCompile("`\"([a-z_-]+)\"`")
+	checked := 0
+	for i := range schema {
+		f := &schema[i]
+		if f.parse == nil && f.name != "capacity" {
+			continue
+		}
+		cfg := func(v string) string {
+			if f.name == "capacity" {
+				return `{"cycle": "10s", "capacity": ` + v + `}`
+			}
+			return `{"capacity": 1099511627776, "cycle": "10s", "` + f.name + `": ` + v + `}`
+		}
+		if m := rangeRe.FindStringSubmatch(f.valid); f.typ == "integer" && m != nil {
+			lo, _ := strconv.ParseInt(m[1], 10, 64)
+			hi, _ := strconv.ParseInt(m[2], 10, 64)
+			want := f.name + ": must be an integer in [" + m[1] + ", " + m[2] + "], got "
+			for _, v := range []int64{lo - 1, hi + 1} {
+				s := strconv.FormatInt(v, 10)
+				if _, err := ParseConfig([]byte(cfg(s))); err == nil || err.Error() != want+s {
+					t.Errorf("%s: %v, want %q", cfg(s), err, want+s)
+				}
+			}
+			for _, v := range []int64{lo, hi} {
+				if _, err := ParseConfig([]byte(cfg(strconv.FormatInt(v, 10)))); err != nil && strings.HasPrefix(err.Error(), f.name+": ") {
+					t.Errorf("%s: %v, want %d accepted", f.name, err, v)
+				}
+			}
+			checked++
+		}
+		if ms := choiceRe.FindAllStringSubmatch(f.valid, -1); f.typ == "string" && len(ms) > 1 {
+			var quoted []string
+			for _, m := range ms {
+				quoted = append(quoted, strconv.Quote(m[1]))
+				if _, err := ParseConfig([]byte(cfg(strconv.Quote(m[1])))); err != nil {
+					t.Errorf("%s %q: %v, want it accepted", f.name, m[1], err)
+				}
+			}
+			want := f.name + `: must be one of ` + strings.Join(quoted, ", ") + `, got "nope"`
+			if _, err := ParseConfig([]byte(cfg(`"nope"`))); err == nil || err.Error() != want {
+				t.Errorf("%s: %v, want %q", f.name, err, want)
+			}
+			checked++
+		}
+	}
+	if checked < 12 {
+		t.Errorf("checked the bounds of %d fields; the schema states more", checked)
 	}
 }
