@@ -22,8 +22,9 @@ type field struct {
 	raw func(r *rawConfig) *json.RawMessage
 	// parse reads the field's value v (nil when absent) into c, whose
 	// capacity and cycle are parsed; nil for the fields read otherwise:
-	// the windows (parseSpans), client_header (with client_id), limits
-	// and unlimited (limits.go).
+	// capacity, cycle and windows (first, by parseLimit: the others'
+	// bounds depend on them), client_header (with client_id), limits and
+	// unlimited (limits.go).
 	parse func(p *fieldParser, f string, v json.RawMessage, r *rawConfig, c *Config)
 	// show is the field's value in the info line; nil: not shown there
 	// (the name heads the limit's part; cycle and windows are in capacity's).
